@@ -1,0 +1,278 @@
+"""The public ops: validate once, draw noise once, pick the backend, run it.
+
+Eager calls go straight to the backend function. Under torch.compile the same call goes through a
+torch.library custom op (specdec_kernels::*) with a fake implementation, so it traces without graph breaks
+inside the op. Shapes: B rows, K draft slots, V vocabulary, T positions; token ids are int64.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Optional, Sequence
+
+import torch
+
+from . import backend as _backend
+from .checks import (FLOAT_DTYPES, ValueChecks, check_num_draft, check_rows, describe, expect_device,
+                     expect_shape, expect_tensor, tensor_list, value_checks_enabled)
+from .noise import draw_noise
+
+_MODULES = {"torch": "reference", "cpp": "cpp_backend", "triton": "triton_backend"}
+
+TensorOrList = torch.Tensor | Sequence[torch.Tensor]
+
+
+def _impl(name: str):
+    return importlib.import_module(f".{_MODULES[name]}", __package__)
+
+
+def _compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
+# ----------------------------------------------------------------------------------------------- custom ops
+
+@torch.library.custom_op("specdec_kernels::accept_lengths", mutates_args=())
+def _accept_lengths_op(matches: torch.Tensor, num_draft: Optional[torch.Tensor], backend: str) -> torch.Tensor:
+    return _impl(backend).accept_lengths(matches, num_draft)
+
+
+@_accept_lengths_op.register_fake
+def _(matches, num_draft, backend):
+    return matches.new_empty(matches.shape[0], dtype=torch.int64)
+
+
+@torch.library.custom_op("specdec_kernels::verify_greedy", mutates_args=())
+def _verify_greedy_op(draft_tokens: torch.Tensor, target_logits: torch.Tensor, num_draft: Optional[torch.Tensor],
+                      backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return _impl(backend).verify_greedy(draft_tokens, target_logits, num_draft)
+
+
+@_verify_greedy_op.register_fake
+def _(draft_tokens, target_logits, num_draft, backend):
+    batch, k = draft_tokens.shape
+    return draft_tokens.new_empty(batch, k + 1), draft_tokens.new_empty(batch)
+
+
+@torch.library.custom_op("specdec_kernels::rejection_sample", mutates_args=())
+def _rejection_sample_op(draft_tokens: torch.Tensor, draft_probs: Optional[torch.Tensor], target_probs: torch.Tensor,
+                         num_draft: Optional[torch.Tensor], uniform: torch.Tensor, exponential: torch.Tensor,
+                         backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return _impl(backend).rejection_sample(draft_tokens, draft_probs, target_probs, num_draft,
+                                           uniform=uniform, exponential=exponential)
+
+
+@_rejection_sample_op.register_fake
+def _(draft_tokens, draft_probs, target_probs, num_draft, uniform, exponential, backend):
+    batch, k = draft_tokens.shape
+    return draft_tokens.new_empty(batch, k + 1), draft_tokens.new_empty(batch)
+
+
+@torch.library.custom_op("specdec_kernels::shift_rows_", mutates_args=("tensors",))
+def _shift_rows_op(tensors: list[torch.Tensor], shifts: torch.Tensor, dim: int, fill: float, backend: str) -> None:
+    _impl(backend).shift_rows_(tensors, shifts, dim=dim, fill=fill)
+
+
+@_shift_rows_op.register_fake
+def _(tensors, shifts, dim, fill, backend):
+    return None
+
+
+@torch.library.custom_op("specdec_kernels::compact_rows_", mutates_args=("tensors",))
+def _compact_rows_op(tensors: list[torch.Tensor], keep: torch.Tensor, dim: int, fill: float,
+                     backend: str) -> torch.Tensor:
+    return _impl(backend).compact_rows_(tensors, keep, dim=dim, fill=fill)
+
+
+@_compact_rows_op.register_fake
+def _(tensors, keep, dim, fill, backend):
+    return keep.new_empty(keep.shape[0], dtype=torch.int64)
+
+
+# ------------------------------------------------------------------------------------------------ public ops
+
+def accept_lengths(matches: torch.Tensor, num_draft: torch.Tensor | None = None, *,
+                   backend: str | None = None) -> torch.Tensor:
+    """Accepted length of each row: the count of leading True values, capped at num_draft.
+
+    Args:
+        matches: bool[B, K], whether draft i of row b was accepted on its own.
+        num_draft: optional int64[B], each in 0..K: row b has only its first num_draft[b] drafts.
+        backend: "torch" | "cpp" | "triton" | "auto" for this call; default: the process-wide choice.
+    Returns:
+        int64[B].
+    """
+    expect_tensor("matches", matches, ndim=2, dtypes=(torch.bool,))
+    batch, k = matches.shape
+    check_num_draft(num_draft, batch, k, matches.device, "matches")
+    if value_checks_enabled():
+        checks = ValueChecks()
+        checks.add_num_draft(num_draft, k)
+        checks.raise_first()
+    name = _backend.resolve(backend, matches.device)
+    if _compiling():
+        return _accept_lengths_op(matches, num_draft, name)
+    return _impl(name).accept_lengths(matches, num_draft)
+
+
+def _check_drafts(draft_tokens, scores: torch.Tensor, scores_name: str, num_draft):
+    expect_tensor("draft_tokens", draft_tokens, ndim=2, dtypes=(torch.int64,))
+    expect_tensor(scores_name, scores, ndim=3, dtypes=FLOAT_DTYPES)
+    batch, k = draft_tokens.shape
+    if scores.shape[0] != batch or scores.shape[1] != k + 1:
+        raise ValueError(f"{scores_name} must have shape (B, K+1, V) = ({batch}, {k + 1}, V) to match "
+                         f"draft_tokens {tuple(draft_tokens.shape)}, got {describe(scores)}")
+    if scores.shape[2] < 1:
+        raise ValueError(f"{scores_name} needs a vocabulary of at least 1, got {describe(scores)}")
+    expect_device("draft_tokens", draft_tokens, scores.device, scores_name)
+    check_num_draft(num_draft, batch, k, scores.device, scores_name)
+    return batch, k, scores.shape[2]
+
+
+def verify_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor, num_draft: torch.Tensor | None = None,
+                  *, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy verification of K drafts per row against the target's argmax, fused with the accept reduction.
+
+    Row b accepts a_b = the leading count of i < num_draft[b] with draft_tokens[b, i] == argmax(target_logits[b, i])
+    (argmax ties go to the lowest index), then emits the target's own token at position a_b (the correction,
+    or the bonus token when every draft was accepted).
+
+    Args:
+        draft_tokens: int64[B, K]; slots at or past num_draft[b] are ignored (-1 padding is fine there).
+        target_logits: float[B, K+1, V] (float16, bfloat16, float32 or float64).
+        num_draft: optional int64[B], each in 0..K.
+        backend: backend for this call; default: the process-wide choice.
+    Returns:
+        tokens: int64[B, K+1], tokens[b, :a_b+1] = argmax(target_logits[b, :a_b+1]), then -1.
+        num_accepted: int64[B], a_b.
+    """
+    batch, k, vocab = _check_drafts(draft_tokens, target_logits, "target_logits", num_draft)
+    if value_checks_enabled():
+        checks = ValueChecks()
+        checks.add_num_draft(num_draft, k)
+        checks.add_draft_ids(draft_tokens, num_draft, vocab)
+        checks.add_no_nan("target_logits", target_logits)
+        checks.raise_first()
+    name = _backend.resolve(backend, target_logits.device)
+    if _compiling():
+        return _verify_greedy_op(draft_tokens, target_logits, num_draft, name)
+    return _impl(name).verify_greedy(draft_tokens, target_logits, num_draft)
+
+
+def rejection_sample(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None, target_probs: torch.Tensor,
+                     num_draft: torch.Tensor | None = None, *, uniform: torch.Tensor | None = None,
+                     exponential: torch.Tensor | None = None, generator: torch.Generator | None = None,
+                     backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batched speculative rejection sampling, fused with the accept-length reduction.
+
+    Draft i < num_draft[b] of row b (token d) is accepted iff uniform[b, i] * q < p in float32, with
+    p = target_probs[b, i, d] and q = draft_probs[b, i, d] (q = 1 when draft_probs is None: a deterministic
+    drafter). At the first rejection j the row emits argmax_v r_v / exponential[b, v] with
+    r = max(p[b, j] - q[b, j], 0) (q = one-hot(d) without draft_probs; p itself when r is all zero); when all
+    drafts are accepted it emits the bonus token argmax_v p[b, num_draft[b], v] / exponential[b, v]. This
+    samples exactly from the target distribution.
+
+    Args:
+        draft_tokens: int64[B, K].
+        draft_probs: float[B, K, V] (the processed draft distribution the drafts were sampled from), or None.
+        target_probs: float[B, K+1, V].
+        num_draft: optional int64[B], each in 0..K.
+        uniform: optional float32[B, K] in [0, 1); exponential: optional float32[B, V] > 0. When either is
+            missing both are drawn here with torch (from `generator`), so every backend sees the same noise.
+        generator: torch.Generator for the noise.
+        backend: backend for this call; default: the process-wide choice.
+    Returns:
+        tokens: int64[B, K+1], the accepted drafts, the sampled token, then -1.
+        num_accepted: int64[B].
+    """
+    batch, k, vocab = _check_drafts(draft_tokens, target_probs, "target_probs", num_draft)
+    device = target_probs.device
+    if draft_probs is not None:
+        expect_tensor("draft_probs", draft_probs, ndim=3, dtypes=FLOAT_DTYPES)
+        expect_shape("draft_probs", draft_probs, (batch, k, vocab), "B, K, V of draft_tokens and target_probs")
+        expect_device("draft_probs", draft_probs, device, "target_probs")
+    for label, noise, shape in (("uniform", uniform, (batch, k)), ("exponential", exponential, (batch, vocab))):
+        if noise is not None:
+            expect_tensor(label, noise, ndim=2, dtypes=(torch.float32,))
+            expect_shape(label, noise, shape, "float32 noise")
+            expect_device(label, noise, device, "target_probs")
+    if value_checks_enabled():
+        checks = ValueChecks()
+        checks.add_num_draft(num_draft, k)
+        checks.add_draft_ids(draft_tokens, num_draft, vocab)
+        checks.add_probs("target_probs", target_probs)
+        if draft_probs is not None:
+            checks.add_probs("draft_probs", draft_probs)
+        if uniform is not None and uniform.numel():
+            checks.add(~((uniform >= 0) & (uniform < 1)).all(), "uniform must lie in [0, 1)")
+        if exponential is not None and exponential.numel():
+            checks.add(~(exponential > 0).all(), "exponential must be positive (and not NaN)")
+        checks.raise_first()
+    name = _backend.resolve(backend, device)
+    if uniform is None or exponential is None:
+        drawn_u, drawn_e = draw_noise(batch, k, vocab, device, generator)
+        uniform = drawn_u if uniform is None else uniform
+        exponential = drawn_e if exponential is None else exponential
+    if _compiling():
+        return _rejection_sample_op(draft_tokens, draft_probs, target_probs, num_draft, uniform, exponential, name)
+    return _impl(name).rejection_sample(draft_tokens, draft_probs, target_probs, num_draft,
+                                        uniform=uniform, exponential=exponential)
+
+
+def _check_shifted(name: str, tensors, per_row: torch.Tensor, per_row_name: str, dim: int, fill,
+                   length: int | None = None) -> list[torch.Tensor]:
+    tensors = tensor_list(name, tensors)
+    if not isinstance(fill, (int, float, bool)):
+        raise ValueError(f"fill must be a Python number, got {fill!r}")
+    check_rows(name, tensors, per_row.shape[0], dim, per_row.device, per_row_name, length)
+    return tensors
+
+
+def shift_rows_(tensors: TensorOrList, shifts: torch.Tensor, *, dim: int = -2, fill: float = 0,
+                backend: str | None = None) -> None:
+    """Shift each row of one or many tensors by its own offset along `dim`, in place.
+
+    y[b, ..., t, ...] = x[b, ..., t - shifts[b], ...] where that index is in range, else `fill`. Positive
+    shifts move toward the end. A shift of 0 leaves the row alone; |shift| >= T fills the whole row.
+
+    Args:
+        tensors: a tensor or a list of tensors, each with batch B at dim 0 (for example every layer's keys
+            and values [B, H, T, D] and, in a second call with dim=-1, the attention mask [B, T]). They may
+            differ in dtype and length along `dim`, and may be non-contiguous views (writes go through strides).
+        shifts: int64[B].
+        dim: the dimension to shift along, the same for every tensor; not the batch dimension.
+        fill: the value written into vacated positions.
+        backend: backend for this call; default: the process-wide choice.
+    """
+    expect_tensor("shifts", shifts, ndim=1, dtypes=(torch.int64,))
+    tensors = _check_shifted("tensors", tensors, shifts, "shifts", dim, fill)
+    name = _backend.resolve(backend, shifts.device)
+    if _compiling():
+        _shift_rows_op(tensors, shifts, dim, float(fill), name)
+        return
+    _impl(name).shift_rows_(tensors, shifts, dim=dim, fill=fill)
+
+
+def compact_rows_(tensors: TensorOrList, keep: torch.Tensor, *, dim: int = -2, fill: float = 0,
+                  backend: str | None = None) -> torch.Tensor:
+    """Squeeze out the holes of each row, in place: kept positions move, in order, to the end of the row.
+
+    Row b keeps the positions t with keep[b, t]; they end at columns T - kept[b] .. T - 1 in their original
+    order, and columns 0 .. T - kept[b] - 1 get `fill`. shift_rows_ is the cheap special case of a
+    contiguous kept block.
+
+    Args:
+        tensors: a tensor or a list of tensors, each with batch B at dim 0 and length T along `dim`.
+        keep: bool[B, T].
+        dim: the dimension to compact along; not the batch dimension.
+        fill: the value written into the freed front.
+        backend: backend for this call; default: the process-wide choice.
+    Returns:
+        kept: int64[B], the number of kept positions per row.
+    """
+    expect_tensor("keep", keep, ndim=2, dtypes=(torch.bool,))
+    tensors = _check_shifted("tensors", tensors, keep, "keep", dim, fill, length=keep.shape[1])
+    name = _backend.resolve(backend, keep.device)
+    if _compiling():
+        return _compact_rows_op(tensors, keep, dim, float(fill), name)
+    return _impl(name).compact_rows_(tensors, keep, dim=dim, fill=fill)

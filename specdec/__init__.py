@@ -1,0 +1,1 @@
+"""specdec: batch speculative decoding engines (EQSPEC, EXSPEC) on Hugging Face models."""
