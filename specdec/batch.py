@@ -1,0 +1,173 @@
+"""A right-aligned ragged batch of sequences for one model: its slab KV cache, a 2-D mask, positions.
+
+Every row ends at the same column `length` (right-aligned); row b holds seq_len[b] tokens in the columns
+[length - seq_len[b], length), left padding before that (mask 0). Padding is known from the mask and the
+lengths only, never from token values, so a pad id equal to EOS is harmless. Positions are explicit:
+the token in column c of row b has position c - (length - seq_len[b]).
+
+After a step in which row b keeps only some of the columns it just wrote, `drop_and_align` discards each
+row's rejected tail and shifts the row right so that all rows end at the same column again: one
+`sk.shift_rows_` call for the whole KV slab, one for the mask.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+import specdec_kernels as sk
+
+from .cache import SlabCache
+from .models import max_positions
+
+
+def _round_up_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+class RaggedKV:
+    def __init__(self, model, batch: int, capacity: int, backend: str | None = None):
+        self.model = model
+        self.backend = backend
+        self.device = next(model.parameters()).device
+        self.cache = SlabCache.for_model(model, batch, capacity)
+        self.mask = torch.zeros(batch, self.cache.capacity, dtype=torch.bool, device=self.device)
+        self.seq_len = torch.zeros(batch, dtype=torch.int64, device=self.device)
+        self.max_position = max_positions(model)
+        self.additive_mask = getattr(model.config, "_attn_implementation", "sdpa") not in ("sdpa", "flex_attention")
+        self.dtype = next(model.parameters()).dtype
+
+    # ------------------------------------------------------------------------------------------ geometry
+    @property
+    def batch(self) -> int:
+        return self.seq_len.shape[0]
+
+    @property
+    def length(self) -> int:
+        return self.cache.length
+
+    @property
+    def start(self) -> int:
+        return self.cache.start
+
+    def _relocate(self, capacity: int, new_start: int) -> None:
+        live = self.length - self.start
+        mask = self.mask.new_zeros(self.batch, capacity)
+        mask[:, new_start:new_start + live] = self.mask[:, self.start:self.length]
+        self.cache.relocate(capacity, new_start)
+        self.mask = mask
+
+    def reserve(self, n: int, left_room: int = 0) -> None:
+        """Make columns [length, length + n) writable and length >= left_room (room for a row of left_room
+        tokens ending at `length`). Live columns move to the front of a buffer grown by doubling when needed."""
+        live = self.length - self.start
+        need_start = max(0, left_room - live)  # a prompt longer than the live window pushes everyone right
+        if self.start >= need_start and self.length + n <= self.cache.capacity:
+            return
+        capacity = self.cache.capacity
+        while need_start + live + n > capacity:
+            capacity *= 2
+        self._relocate(capacity, need_start)
+
+    def _tighten(self) -> None:
+        """Drop the columns that are padding in every row from the live window."""
+        if self.batch:
+            self.cache.start = max(self.cache.start, self.length - int(self.seq_len.max()))
+
+    # ------------------------------------------------------------------------------------------ forward
+    def _attention(self, q0: int, n: int) -> torch.Tensor:
+        """[B, 1, n, W] mask over key columns [start, q0 + n): key j is visible to query i iff it is a real
+        token and j <= q0 + i. Each query also sees itself, so a padding query (prefill) never has an empty
+        row: SDPA would return NaN there, and a NaN value vector poisons later rows even at weight 0."""
+        kv = torch.arange(self.start, q0 + n, device=self.device)
+        q = torch.arange(q0, q0 + n, device=self.device)
+        visible = self.mask[:, None, self.start:q0 + n] & (kv[None, :] <= q[:, None])[None]
+        visible |= (kv[None, :] == q[:, None])[None]
+        visible = visible[:, None]
+        if self.additive_mask:
+            zero = torch.zeros((), dtype=self.dtype, device=self.device)
+            return torch.where(visible, zero, torch.finfo(self.dtype).min)
+        return visible
+
+    def forward(self, input_ids: torch.Tensor, new_mask: torch.Tensor | None = None,
+                logits_to_keep: int = 0) -> torch.Tensor:
+        """Run the model on n new columns per row (input_ids [B, n]), appending their keys and values.
+        new_mask [B, n] marks real tokens (default: all); returns logits [B, n or logits_to_keep, V]."""
+        n = input_ids.shape[1]
+        self.reserve(n)
+        self.cache.reserve(n)  # within capacity now: only records n for the layers' update()
+        q0 = self.length
+        if new_mask is None:
+            self.mask[:, q0:q0 + n] = True
+            counts = torch.arange(1, n + 1, device=self.device)[None, :]
+        else:
+            self.mask[:, q0:q0 + n] = new_mask
+            counts = new_mask.to(torch.int64).cumsum(dim=1)
+        positions = (self.seq_len[:, None] + counts - 1).clamp_(min=0)
+        if self.max_position is not None:
+            # Speculative columns past the position limit can only produce tokens that are cut anyway.
+            positions.clamp_(max=self.max_position - 1)
+        try:
+            out = self.model(input_ids=input_ids, attention_mask=self._attention(q0, n), position_ids=positions,
+                             cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+        finally:
+            self.cache.pending = 0
+        self.cache.length += n
+        self.seq_len += counts[:, -1]
+        return out.logits
+
+    # ------------------------------------------------------------------------------------------ realign
+    def drop_and_align(self, drop: torch.Tensor) -> torch.Tensor:
+        """Row b discards its last drop[b] columns; rows shift right by drop[b] - min(drop) so they end at
+        the same column again. Returns the shifts."""
+        dmin = int(drop.min()) if self.batch else 0
+        shifts = drop - dmin
+        if self.batch and bool((shifts != 0).any()):
+            sk.shift_rows_(self.cache.live(), shifts, dim=-2, backend=self.backend)
+            sk.shift_rows_(self.mask[:, self.start:self.length], shifts, dim=-1, backend=self.backend)
+        self.cache.length -= dmin
+        self.seq_len -= drop
+        self._tighten()
+        return shifts
+
+    def crop(self, n: int) -> None:
+        """Discard the last n columns of every row (all rows hold real tokens there)."""
+        self.cache.length -= n
+        self.seq_len -= n
+
+    # ------------------------------------------------------------------------------------------ rows
+    def select_rows(self, index: torch.Tensor) -> None:
+        self.cache.select_rows(index)
+        self.mask = self.mask.index_select(0, index)
+        self.seq_len = self.seq_len.index_select(0, index)
+        self._tighten()
+
+    def place(self, rows: torch.Tensor, src: "RaggedKV") -> None:
+        """Overwrite `rows` with the rows of src (a freshly prefilled batch of the same model), right-aligned
+        to this batch's end column; every row is first pushed right if src is longer than the live window."""
+        width = src.length - src.start
+        self.reserve(0, left_room=width)
+        end = self.length
+        self.cache.slab[rows, :, :, end - width:end] = src.cache.slab[:, :, :, src.start:src.length]
+        self.mask[rows, :end] = False
+        self.mask[rows, end - width:end] = src.mask[:, src.start:src.length]
+        self.seq_len[rows] = src.seq_len
+        self.cache.start = min(self.cache.start, end - int(src.seq_len.max()))
+
+    @classmethod
+    def prefill(cls, model, prompts: Sequence[Sequence[int]], extra: int, backend: str | None = None,
+                logits_to_keep: int = 1) -> tuple["RaggedKV", torch.Tensor]:
+        """A new right-aligned batch holding `prompts`, with room for `extra` more columns; also returns the
+        logits of the last column(s)."""
+        device = next(model.parameters()).device
+        width = max(len(p) for p in prompts)
+        ids = torch.zeros(len(prompts), width, dtype=torch.int64)
+        new_mask = torch.zeros(len(prompts), width, dtype=torch.bool)
+        for b, p in enumerate(prompts):
+            if len(p):
+                ids[b, width - len(p):] = torch.as_tensor(list(p), dtype=torch.int64)
+                new_mask[b, width - len(p):] = True
+        state = cls(model, len(prompts), _round_up_pow2(width + extra), backend)
+        logits = state.forward(ids.to(device), new_mask.to(device), logits_to_keep=logits_to_keep)
+        return state, logits

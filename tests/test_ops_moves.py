@@ -1,0 +1,173 @@
+"""shift_rows_ and compact_rows_: in place, every backend equal to the reference, the reference equal to a naive
+per-row loop, neighbours of views untouched, mixed dtypes and lengths in one call."""
+
+import pytest
+import torch
+from conftest import backend_params
+
+import specdec_kernels as sk
+from specdec_kernels import reference as ref
+
+BACKENDS = backend_params()
+FILL = -7  # vacated positions get a value no input holds, so an unwritten position shows
+
+
+def naive_shift(x, shifts, dim, fill):
+    y = x.clone()
+    d = dim % x.ndim
+    length = x.shape[d]
+    for b in range(x.shape[0]):
+        row_in, row_out = x[b], y[b]
+        for t in range(length):
+            src = t - int(shifts[b])
+            dst = row_out.select(d - 1, t)
+            dst.copy_(row_in.select(d - 1, src) if 0 <= src < length else torch.full_like(dst, fill))
+    return y
+
+
+def naive_compact(x, keep, dim, fill):
+    y = torch.full_like(x, fill)
+    d = dim % x.ndim
+    length = x.shape[d]
+    for b in range(x.shape[0]):
+        kept = [t for t in range(length) if keep[b, t]]
+        for rank, t in enumerate(kept):
+            y[b].select(d - 1, length - len(kept) + rank).copy_(x[b].select(d - 1, t))
+    return y
+
+
+def random_tensor(shape, dtype, gen):
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=gen) < 0.5
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=gen).to(dtype)
+    return torch.randint(0, 1000, shape, generator=gen).to(dtype)
+
+
+DTYPES = [pytest.param(d, id=str(d).replace("torch.", "")) for d in
+          (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.bool)]
+# (B, T, extra dims after T): B=1, T=63, a large batch, a bare [B, T] mask-like tensor.
+MOVE_SHAPES = [
+    pytest.param(1, 63, (3,), id="B1-T63-D3"),
+    pytest.param(4, 17, (2, 5), id="B4-T17-H2D5"),
+    pytest.param(33, 8, (4,), id="B33-T8-D4"),
+    pytest.param(5, 31, (), id="B5-T31-mask"),
+]
+
+
+def shifts_for(batch, length, gen):
+    """Zero, full-length, beyond-length and negative shifts, plus random ones."""
+    s = torch.randint(-length, length + 1, (batch,), generator=gen)
+    specials = [0, length, -length, length + 3, 1, -1]
+    s[: min(batch, len(specials))] = torch.tensor(specials[:batch])
+    return s
+
+
+@pytest.mark.parametrize("batch,length,inner", MOVE_SHAPES)
+def test_reference_shift_matches_naive_loop(batch, length, inner):
+    gen = torch.Generator().manual_seed(11)
+    x = random_tensor((batch, length, *inner), torch.float32, gen)
+    shifts = shifts_for(batch, length, gen)
+    want = naive_shift(x, shifts, 1, FILL)
+    ref.shift_rows_(x, shifts, dim=1, fill=FILL)
+    assert torch.equal(x, want)
+
+
+@pytest.mark.parametrize("batch,length,inner", MOVE_SHAPES)
+def test_reference_compact_matches_naive_loop(batch, length, inner):
+    gen = torch.Generator().manual_seed(12)
+    x = random_tensor((batch, length, *inner), torch.float32, gen)
+    keep = torch.rand(batch, length, generator=gen) < 0.6
+    keep[0] = True
+    if batch > 1:
+        keep[1] = False
+    want = naive_compact(x, keep, 1, FILL)
+    kept = ref.compact_rows_(x, keep, dim=1, fill=FILL)
+    assert torch.equal(x, want) and torch.equal(kept, keep.sum(1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("batch,length,inner", MOVE_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_shift_rows_equals_reference(backend, batch, length, inner, dtype):
+    gen = torch.Generator().manual_seed(13)
+    x = random_tensor((batch, length, *inner), dtype, gen)
+    shifts = shifts_for(batch, length, gen)
+    fill = True if dtype == torch.bool else FILL
+    want = x.clone()
+    ref.shift_rows_(want, shifts, dim=1, fill=fill)
+    sk.shift_rows_(x, shifts, dim=1, fill=fill, backend=backend)
+    assert torch.equal(x, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("batch,length,inner", MOVE_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compact_rows_equals_reference(backend, batch, length, inner, dtype):
+    gen = torch.Generator().manual_seed(14)
+    x = random_tensor((batch, length, *inner), dtype, gen)
+    keep = torch.rand(batch, length, generator=gen) < 0.5
+    keep[0] = False
+    keep[-1] = True
+    fill = False if dtype == torch.bool else FILL
+    want = x.clone()
+    want_kept = ref.compact_rows_(want, keep, dim=1, fill=fill)
+    kept = sk.compact_rows_(x, keep, dim=1, fill=fill, backend=backend)
+    assert torch.equal(kept, want_kept)
+    assert torch.equal(x, want)
+
+
+def cache_like(batch, gen):
+    """What the engine shifts: per-layer keys/values as views into bigger buffers, a slab slice, a mask,
+    in several dtypes and lengths, together in one call."""
+    buffers = [random_tensor((batch, 2, 40, 4), torch.float32, gen), random_tensor((batch, 2, 40, 4), torch.float16, gen)]
+    slab = random_tensor((batch, 4, 2, 24, 3), torch.bfloat16, gen)
+    views = [buffers[0][:, :, :29, :], buffers[1][:, :, 5:34, :], slab[:, 1, :, :20, :], slab[:, :, :, :20, :],
+             random_tensor((batch, 3, 29, 2), torch.int64, gen).transpose(1, 3)]  # [B, 2, 29, 3], strided
+    return buffers, slab, views
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("batch", [1, 6], ids=["B1", "B6"])
+def test_shift_many_views_in_one_call(backend, batch):
+    gen = torch.Generator().manual_seed(15 + batch)
+    buffers, slab, views = cache_like(batch, gen)
+    want_buffers, want_slab, want_views = cache_like(batch, torch.Generator().manual_seed(15 + batch))
+    shifts = torch.randint(-3, 6, (batch,), generator=gen)
+    shifts[0] = 2
+    ref.shift_rows_(want_views, shifts, dim=-2, fill=FILL)
+    sk.shift_rows_(views, shifts, dim=-2, fill=FILL, backend=backend)
+    for got, want in zip(views, want_views):
+        assert torch.equal(got, want)
+    # Everything outside the views (the rest of each buffer) is untouched.
+    for got, want in zip(buffers + [slab], want_buffers + [want_slab]):
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compact_many_views_in_one_call(backend):
+    gen = torch.Generator().manual_seed(16)
+    buffers, slab, views = cache_like(5, gen)
+    want_buffers, want_slab, want_views = cache_like(5, torch.Generator().manual_seed(16))
+    pick = (0, 1, 4)  # the views of length 29 along dim -2
+    views, want_views = [views[i] for i in pick], [want_views[i] for i in pick]
+    keep = torch.rand(5, 29, generator=gen) < 0.4
+    want_kept = ref.compact_rows_(want_views, keep, dim=-2, fill=FILL)
+    kept = sk.compact_rows_(views, keep, dim=-2, fill=FILL, backend=backend)
+    assert torch.equal(kept, want_kept)
+    for got, want in zip(buffers + [slab] + views, want_buffers + [want_slab] + want_views):
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mask_and_cache_shift_agree(backend):
+    """A right-aligned batch: shifting mask (dim=-1) and cache (dim=-2) keeps them consistent."""
+    batch, length = 4, 12
+    valid = torch.tensor([12, 7, 3, 9])
+    mask = (torch.arange(length)[None, :] >= length - valid[:, None]).to(torch.int64)
+    cache = torch.arange(batch * length, dtype=torch.float32).view(batch, 1, length, 1) * mask.view(batch, 1, length, 1)
+    shifts = torch.tensor([0, 2, 5, 1])
+    sk.shift_rows_(mask, shifts, dim=-1, fill=0, backend=backend)
+    sk.shift_rows_(cache, shifts, dim=-2, fill=0, backend=backend)
+    assert mask.sum(1).tolist() == [12, 5, 0, 8]
+    assert torch.equal(cache.view(batch, length) != 0, mask.bool() & (cache.view(batch, length) != 0))
