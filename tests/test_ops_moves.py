@@ -3,7 +3,7 @@ per-row loop, neighbours of views untouched, mixed dtypes and lengths in one cal
 
 import pytest
 import torch
-from conftest import backend_params
+from conftest import DEVICE, backend_params, run_inplace
 
 import specdec_kernels as sk
 from specdec_kernels import reference as ref
@@ -96,7 +96,7 @@ def test_shift_rows_equals_reference(backend, batch, length, inner, dtype):
     fill = True if dtype == torch.bool else FILL
     want = x.clone()
     ref.shift_rows_(want, shifts, dim=1, fill=fill)
-    sk.shift_rows_(x, shifts, dim=1, fill=fill, backend=backend)
+    run_inplace(sk.shift_rows_, x, shifts, dim=1, fill=fill, backend=backend)
     assert torch.equal(x, want)
 
 
@@ -112,18 +112,19 @@ def test_compact_rows_equals_reference(backend, batch, length, inner, dtype):
     fill = False if dtype == torch.bool else FILL
     want = x.clone()
     want_kept = ref.compact_rows_(want, keep, dim=1, fill=fill)
-    kept = sk.compact_rows_(x, keep, dim=1, fill=fill, backend=backend)
+    kept = run_inplace(sk.compact_rows_, x, keep, dim=1, fill=fill, backend=backend)
     assert torch.equal(kept, want_kept)
     assert torch.equal(x, want)
 
 
-def cache_like(batch, gen):
+def cache_like(batch, gen, device=torch.device("cpu")):
     """What the engine shifts: per-layer keys/values as views into bigger buffers, a slab slice, a mask,
-    in several dtypes and lengths, together in one call."""
-    buffers = [random_tensor((batch, 2, 40, 4), torch.float32, gen), random_tensor((batch, 2, 40, 4), torch.float16, gen)]
-    slab = random_tensor((batch, 4, 2, 24, 3), torch.bfloat16, gen)
+    in several dtypes and lengths, together in one call (built on the CPU, views taken on `device`)."""
+    buffers = [random_tensor((batch, 2, 40, 4), torch.float32, gen).to(device),
+               random_tensor((batch, 2, 40, 4), torch.float16, gen).to(device)]
+    slab = random_tensor((batch, 4, 2, 24, 3), torch.bfloat16, gen).to(device)
     views = [buffers[0][:, :, :29, :], buffers[1][:, :, 5:34, :], slab[:, 1, :, :20, :], slab[:, :, :, :20, :],
-             random_tensor((batch, 3, 29, 2), torch.int64, gen).transpose(1, 3)]  # [B, 2, 29, 3], strided
+             random_tensor((batch, 3, 29, 2), torch.int64, gen).to(device).transpose(1, 3)]  # [B, 2, 29, 3]
     return buffers, slab, views
 
 
@@ -131,32 +132,33 @@ def cache_like(batch, gen):
 @pytest.mark.parametrize("batch", [1, 6], ids=["B1", "B6"])
 def test_shift_many_views_in_one_call(backend, batch):
     gen = torch.Generator().manual_seed(15 + batch)
-    buffers, slab, views = cache_like(batch, gen)
+    buffers, slab, views = cache_like(batch, gen, DEVICE)
     want_buffers, want_slab, want_views = cache_like(batch, torch.Generator().manual_seed(15 + batch))
     shifts = torch.randint(-3, 6, (batch,), generator=gen)
     shifts[0] = 2
     ref.shift_rows_(want_views, shifts, dim=-2, fill=FILL)
-    sk.shift_rows_(views, shifts, dim=-2, fill=FILL, backend=backend)
+    shifts = shifts.to(DEVICE)
+    run_inplace(sk.shift_rows_, views, shifts, dim=-2, fill=FILL, backend=backend)
     for got, want in zip(views, want_views):
-        assert torch.equal(got, want)
+        assert torch.equal(got.cpu(), want)
     # Everything outside the views (the rest of each buffer) is untouched.
     for got, want in zip(buffers + [slab], want_buffers + [want_slab]):
-        assert torch.equal(got, want)
+        assert torch.equal(got.cpu(), want)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_compact_many_views_in_one_call(backend):
     gen = torch.Generator().manual_seed(16)
-    buffers, slab, views = cache_like(5, gen)
+    buffers, slab, views = cache_like(5, gen, DEVICE)
     want_buffers, want_slab, want_views = cache_like(5, torch.Generator().manual_seed(16))
     pick = (0, 1, 4)  # the views of length 29 along dim -2
     views, want_views = [views[i] for i in pick], [want_views[i] for i in pick]
-    keep = torch.rand(5, 29, generator=gen) < 0.4
-    want_kept = ref.compact_rows_(want_views, keep, dim=-2, fill=FILL)
-    kept = sk.compact_rows_(views, keep, dim=-2, fill=FILL, backend=backend)
+    keep = torch.rand(5, 29, generator=gen).to(DEVICE) < 0.4
+    want_kept = ref.compact_rows_(want_views, keep.cpu(), dim=-2, fill=FILL)
+    kept = run_inplace(sk.compact_rows_, views, keep, dim=-2, fill=FILL, backend=backend)
     assert torch.equal(kept, want_kept)
     for got, want in zip(buffers + [slab] + views, want_buffers + [want_slab] + want_views):
-        assert torch.equal(got, want)
+        assert torch.equal(got.cpu(), want)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -167,7 +169,7 @@ def test_mask_and_cache_shift_agree(backend):
     mask = (torch.arange(length)[None, :] >= length - valid[:, None]).to(torch.int64)
     cache = torch.arange(batch * length, dtype=torch.float32).view(batch, 1, length, 1) * mask.view(batch, 1, length, 1)
     shifts = torch.tensor([0, 2, 5, 1])
-    sk.shift_rows_(mask, shifts, dim=-1, fill=0, backend=backend)
-    sk.shift_rows_(cache, shifts, dim=-2, fill=0, backend=backend)
+    run_inplace(sk.shift_rows_, mask, shifts, dim=-1, fill=0, backend=backend)
+    run_inplace(sk.shift_rows_, cache, shifts, dim=-2, fill=0, backend=backend)
     assert mask.sum(1).tolist() == [12, 5, 0, 8]
     assert torch.equal(cache.view(batch, length) != 0, mask.bool() & (cache.view(batch, length) != 0))

@@ -3,7 +3,7 @@ reference equals a naive per-row loop written straight from the contract."""
 
 import pytest
 import torch
-from conftest import backend_params
+from conftest import backend_params, device_generator, run
 from kernel_cases import FLOAT_DTYPES, SAMPLING_SHAPES, greedy_case, poisoned_outputs, sampling_case  # noqa: F401
 
 import specdec_kernels as sk
@@ -84,7 +84,7 @@ def test_accept_lengths(backend, batch, k, ragged, poisoned_outputs):  # noqa: F
     gen = torch.Generator().manual_seed(batch * 10 + k)
     matches = torch.rand(batch, k, generator=gen) < 0.8
     num_draft = torch.randint(0, k + 1, (batch,), generator=gen) if ragged else None
-    got = sk.accept_lengths(matches, num_draft, backend=backend)
+    got = run(sk.accept_lengths, matches, num_draft, backend=backend)
     assert got.dtype == torch.int64
     assert torch.equal(got, ref.accept_lengths(matches, num_draft))
 
@@ -96,7 +96,7 @@ def test_accept_lengths(backend, batch, k, ragged, poisoned_outputs):  # noqa: F
 def test_verify_greedy_equals_reference(backend, batch, k, vocab, dtype, ragged, poisoned_outputs):  # noqa: F811
     for seed, ties in ((3, False), (4, True)):
         drafts, logits, num_draft = greedy_case(batch, k, vocab, seed, dtype, ragged=ragged, ties=ties)
-        tokens, accepted = sk.verify_greedy(drafts, logits, num_draft, backend=backend)
+        tokens, accepted = run(sk.verify_greedy, drafts, logits, num_draft, backend=backend)
         want_tokens, want_accepted = ref.verify_greedy(drafts, logits, num_draft)
         assert torch.equal(accepted, want_accepted)
         assert torch.equal(tokens, want_tokens)
@@ -109,7 +109,7 @@ def test_verify_greedy_equals_reference(backend, batch, k, vocab, dtype, ragged,
 def test_rejection_sample_equals_reference(backend, batch, k, vocab, dtype, with_q, poisoned_outputs):  # noqa: F811
     for ragged in (True, False):
         case = sampling_case(batch, k, vocab, seed=5, dtype=dtype, with_q=with_q, ragged=ragged)
-        got = sk.rejection_sample(case.draft_tokens, case.draft_probs, case.target_probs, case.num_draft,
+        got = run(sk.rejection_sample, case.draft_tokens, case.draft_probs, case.target_probs, case.num_draft,
                                   uniform=case.uniform, exponential=case.exponential, backend=backend)
         want = ref.rejection_sample(case.draft_tokens, case.draft_probs, case.target_probs, case.num_draft,
                                     uniform=case.uniform, exponential=case.exponential)
@@ -120,13 +120,13 @@ def test_rejection_sample_equals_reference(backend, batch, k, vocab, dtype, with
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_rejection_sample_same_generator_same_tokens(backend):
     case = sampling_case(6, 4, 111, seed=6)
-    runs = [sk.rejection_sample(case.draft_tokens, case.draft_probs, case.target_probs, case.num_draft,
-                                generator=torch.Generator().manual_seed(123), backend=name)
+    runs = [run(sk.rejection_sample, case.draft_tokens, case.draft_probs, case.target_probs, case.num_draft,
+                                generator=device_generator(123), backend=name)
             for name in (backend, "torch", backend)]
     for tokens, accepted in runs[1:]:
         assert torch.equal(tokens, runs[0][0]) and torch.equal(accepted, runs[0][1])
-    other = sk.rejection_sample(case.draft_tokens, case.draft_probs, case.target_probs, case.num_draft,
-                                generator=torch.Generator().manual_seed(124), backend=backend)
+    other = run(sk.rejection_sample, case.draft_tokens, case.draft_probs, case.target_probs, case.num_draft,
+                                generator=device_generator(124), backend=backend)
     assert not torch.equal(other[0], runs[0][0]), "a different seed should change some token"
 
 
@@ -146,7 +146,7 @@ def test_one_hot_targets_exact(backend, with_q):
     target_ids = torch.tensor([[1, 2, 3, 11], [12, 5, 6, 0], [7, 8, 10, 1], [9, 0, 0, 0]])
     p = one_hot(target_ids, vocab)
     q = torch.full((4, k, vocab), 1.0 / vocab) if with_q else None
-    tokens, accepted = sk.rejection_sample(drafts, q, p, num_draft, generator=torch.Generator().manual_seed(0),
+    tokens, accepted = run(sk.rejection_sample, drafts, q, p, num_draft, generator=device_generator(0),
                                            backend=backend)
     assert accepted.tolist() == [3, 0, 2, 0]
     assert tokens.tolist() == [[1, 2, 3, 11], [12, -1, -1, -1], [7, 8, 10, -1], [9, -1, -1, -1]]
@@ -159,7 +159,7 @@ def test_greedy_peer_cases(backend):
     num_draft = torch.tensor([3, 3, 3, 1])
     target_ids = torch.tensor([[1, 2, 3, 0], [0, 5, 6, 1], [7, 1, 9, 2], [1, 3, 0, 0]])
     logits = one_hot(target_ids, vocab) * 5
-    tokens, accepted = sk.verify_greedy(drafts, logits, num_draft, backend=backend)
+    tokens, accepted = run(sk.verify_greedy, drafts, logits, num_draft, backend=backend)
     assert accepted.tolist() == [3, 0, 1, 1]
     assert tokens.tolist() == [[1, 2, 3, 0], [0, -1, -1, -1], [7, 1, -1, -1], [1, 3, -1, -1]]
 
@@ -175,7 +175,7 @@ def test_zero_probability_is_never_emitted(backend):
     drafts = torch.randint(0, 10, (batch, k), generator=gen)
     q = torch.softmax(torch.randn(batch, k, vocab, generator=gen), -1)
     for trial in range(5):
-        tokens, accepted = sk.rejection_sample(drafts, q, p, generator=torch.Generator().manual_seed(trial),
+        tokens, accepted = run(sk.rejection_sample, drafts, q, p, generator=device_generator(trial),
                                                backend=backend)
         assert (accepted == 0).all()
         assert (tokens[:, 0] >= 10).all() and (tokens[:, 1:] == -1).all()
@@ -188,12 +188,12 @@ def test_unchecked_invalid_draft_ids_stay_in_range(backend, monkeypatch):
     vocab = 9
     drafts = torch.tensor([[vocab + 5, 1], [-3, 2], [1, 100]])
     p = torch.full((3, 3, vocab), 1.0 / vocab)
-    tokens, accepted = sk.rejection_sample(drafts, None, p, generator=torch.Generator().manual_seed(1),
+    tokens, accepted = run(sk.rejection_sample, drafts, None, p, generator=device_generator(1),
                                            backend=backend)
     assert accepted.tolist()[:2] == [0, 0] and int(accepted[2]) <= 1
     emitted = tokens[tokens >= 0]
     assert ((emitted >= 0) & (emitted < vocab)).all() and emitted.numel() == int((accepted + 1).sum())
-    tokens, accepted = sk.verify_greedy(drafts, p.log(), backend=backend)
+    tokens, accepted = run(sk.verify_greedy, drafts, p.log(), backend=backend)
     assert accepted.tolist()[:2] == [0, 0]
     assert ((tokens[:, 0] >= 0) & (tokens[:, 0] < vocab)).all()
 
@@ -206,7 +206,7 @@ def test_ragged_padding_is_ignored(backend):
     slots = torch.arange(5)[None, :]
     garbage[slots >= case.num_draft[:, None]] = 3
     args = dict(uniform=case.uniform, exponential=case.exponential, backend=backend)
-    a = sk.rejection_sample(case.draft_tokens, case.draft_probs, case.target_probs, case.num_draft, **args)
-    b = sk.rejection_sample(garbage, case.draft_probs, case.target_probs, case.num_draft, **args)
+    a = run(sk.rejection_sample, case.draft_tokens, case.draft_probs, case.target_probs, case.num_draft, **args)
+    b = run(sk.rejection_sample, garbage, case.draft_probs, case.target_probs, case.num_draft, **args)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     assert (a[1] <= case.num_draft).all()

@@ -3,7 +3,7 @@ against the exact target probabilities, with a fixed seed (the test is determini
 
 import pytest
 import torch
-from conftest import backend_params
+from conftest import backend_params, device_generator, run
 from scipy.stats import chisquare
 
 import specdec_kernels as sk
@@ -39,7 +39,7 @@ def test_first_and_second_token_follow_target(backend, with_q):
         drafts = torch.tensor([[2, 1]]).expand(rows, k).contiguous()
         draft_probs = None
     target = p.expand(rows, k + 1, vocab).contiguous()
-    tokens, accepted = sk.rejection_sample(drafts, draft_probs, target, generator=torch.Generator().manual_seed(5),
+    tokens, accepted = run(sk.rejection_sample, drafts, draft_probs, target, generator=device_generator(5),
                                            backend=backend)
     assert chi_square_pvalue(tokens[:, 0], p[0]) > ALPHA
     # Given the first draft was accepted, the second emitted token follows the target at slot 1.
