@@ -4,6 +4,7 @@
 #include <Python.h>
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
@@ -19,67 +20,134 @@ using at::Tensor;
 
 // ------------------------------------------------------------------------------------------------ argmax
 
-struct Arg {
-  int64_t index;
-  bool positive;  // some value was > 0 (rejection sampling: "the residual is not all zero")
+// What a row's argmax scores: x = p (kPlain: score x; kDivide: x / e), or the residual
+// x = max(p - q, 0) with q a row (kResidual) or one-hot at `hot` (kOneHot), scored x / e.
+enum Mode { kPlain, kDivide, kResidual, kOneHot };
+
+struct Best {
+  int64_t index;  // first maximal score, or the first NaN (torch.argmax puts NaN above everything)
+  float value;
+  bool positive;  // some x > 0 (kResidual/kOneHot): the residual is not all zero
+  bool nan;
 };
 
-// First index of the maximum of score(v) = value(v) (/ e[v] when e is given), v in [0, n), n >= 1.
-// Lanes of L elements keep their own first maximum (strict >) so the loop vectorises; the merge takes
-// the largest value, lowest index. NaN follows torch.argmax: the first NaN wins.
-template <typename acc_t, typename Value>
-Arg argmax(int64_t n, const float* e, Value value) {
-  constexpr int L = 64 / sizeof(acc_t);
-  auto score = [&](int64_t v, acc_t x) -> acc_t { return e ? x / acc_t(e[v]) : x; };
-  acc_t best[L];
-  int32_t idx[L];
-  int32_t nan[L], pos[L];
-  const int64_t lanes = std::min<int64_t>(n, L);
-  for (int l = 0; l < L; ++l) {
-    acc_t x = l < lanes ? value(l) : acc_t(0);
-    best[l] = l < lanes ? score(l, x) : -std::numeric_limits<acc_t>::infinity();
-    idx[l] = l < lanes ? l : std::numeric_limits<int32_t>::max();
-    nan[l] = best[l] != best[l];
-    pos[l] = x > 0;
-  }
-  int64_t v = lanes;
-  for (; v + L <= n; v += L) {
-    const int32_t base = int32_t(v);
-    for (int l = 0; l < L; ++l) {
-      const acc_t x = value(v + l);
-      const acc_t s = score(v + l, x);
-      const bool gt = s > best[l];
-      best[l] = gt ? s : best[l];
-      idx[l] = gt ? base + l : idx[l];
-      nan[l] |= s != s;
-      pos[l] |= x > 0;
-    }
-  }
-  acc_t bv = best[0];
-  int64_t bi = idx[0];
-  bool any_nan = nan[0], any_pos = pos[0];
-  for (int l = 1; l < L; ++l) {
-    if (best[l] > bv || (best[l] == bv && idx[l] < bi)) bv = best[l], bi = idx[l];
-    any_nan |= nan[l] != 0;
-    any_pos |= pos[l] != 0;
-  }
-  for (; v < n; ++v) {  // tail: higher indices than every lane, so strict > keeps the first maximum
-    const acc_t x = value(v), s = score(v, x);
-    if (s > bv) bv = s, bi = v;
-    any_nan |= s != s;
-    any_pos |= x > 0;
-  }
-  if (any_nan) {
-    for (int64_t u = 0; u < n; ++u) {
-      const acc_t s = score(u, value(u));
-      if (s != s) return {u, any_pos};
-    }
-  }
-  return {bi, any_pos};
+// One element, in the same float32 operations as the vector loop and the reference: a true IEEE
+// division (no reciprocal, never -ffast-math) and clamp_min(0), which keeps NaN and -0.0.
+template <Mode M>
+inline float score_at(const float* p, const float* q, const float* e, int64_t hot, int64_t v, float& x) {
+  x = p[v];
+  if (M == kResidual) x = x - q[v];
+  if (M == kOneHot) x = x - (v == hot ? 1.0f : 0.0f);
+  if (M == kResidual || M == kOneHot) x = x < 0.0f ? 0.0f : x;
+  return M == kPlain ? x : x / e[v];
 }
 
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef int32_t i32x4 __attribute__((vector_size(16)));
+
+inline f32x4 load4(const float* p) {
+  f32x4 x;
+  std::memcpy(&x, p, sizeof x);
+  return x;
+}
+inline f32x4 select4(i32x4 m, f32x4 a, f32x4 b) { return (f32x4)(((i32x4)a & m) | ((i32x4)b & ~m)); }
+
+// argmax over n >= 1 float32 elements. U vectors of 4 lanes each keep their lane's first maximum
+// (strict >); the merge takes the largest value, lowest index, so ties go to the lowest index.
+template <Mode M>
+Best argmax_f32(int64_t n, const float* p, const float* q, const float* e, int64_t hot) {
+  constexpr int W = 4, U = 4;
+  constexpr bool kPos = M == kResidual || M == kOneHot;
+  const int32_t hot32 = hot >= 0 && hot < n ? int32_t(hot) : -1;  // an invalid id matches no v
+  const i32x4 iota = {0, 1, 2, 3};
+  const f32x4 ones = {1.0f, 1.0f, 1.0f, 1.0f};
+  Best r{0, 0.0f, false, false};
+  int64_t v = 0;
+  if (n >= W * U) {
+    f32x4 best[U];
+    i32x4 idx[U], nan[U], pos[U];
+    auto step = [&](int64_t at, int u, bool first) {
+      const i32x4 vi = iota + int32_t(at);
+      f32x4 x = load4(p + at);
+      if (M == kResidual) x = x - load4(q + at);
+      if (M == kOneHot) x = x - (f32x4)((vi == hot32) & (i32x4)ones);
+      if (kPos) x = (f32x4)((i32x4)x & ~(x < 0.0f));
+      const f32x4 s = M == kPlain ? x : x / load4(e + at);
+      const i32x4 gt = first ? ~i32x4{} : s > best[u];
+      best[u] = select4(gt, s, best[u]);
+      idx[u] = (vi & gt) | (idx[u] & ~gt);
+      nan[u] = (first ? i32x4{} : nan[u]) | (s != s);
+      if (kPos) pos[u] = (first ? i32x4{} : pos[u]) | (x > 0.0f);
+    };
+    for (int u = 0; u < U; ++u) step(u * W, u, true);
+    for (v = W * U; v + W * U <= n; v += W * U)
+      for (int u = 0; u < U; ++u) step(v + u * W, u, false);
+    r = {idx[0][0], best[0][0], false, false};
+    for (int u = 0; u < U; ++u) {
+      for (int l = 0; l < W; ++l) {
+        if (best[u][l] > r.value || (best[u][l] == r.value && idx[u][l] < r.index)) {
+          r.value = best[u][l];
+          r.index = idx[u][l];
+        }
+        r.nan |= nan[u][l] != 0;
+        if (kPos) r.positive |= pos[u][l] != 0;
+      }
+    }
+  }
+  for (; v < n; ++v) {  // tail: higher indices than every lane, so strict > keeps the first maximum
+    float x;
+    const float s = score_at<M>(p, q, e, hot32, v, x);
+    if (v == 0 || s > r.value) r.value = s, r.index = v;
+    r.nan |= s != s;
+    r.positive |= kPos && x > 0.0f;
+  }
+  for (int64_t u = 0; r.nan && u < n; ++u) {
+    float x;
+    const float s = score_at<M>(p, q, e, hot32, u, x);
+    if (s != s) r.index = u, r.value = s, u = n;
+  }
+  return r;
+}
+
+// The same for float16/bfloat16/float64 rows: widen chunks to float32 (as the reference's .float() does),
+// then merge the chunks in order (strict >, the first NaN wins, positive over all chunks).
+template <Mode M, typename T>
+Best argmax_row(int64_t n, const T* p, const T* q, const float* e, int64_t hot) {
+  if constexpr (std::is_same_v<T, float>) {
+    return argmax_f32<M>(n, p, q, e, hot);
+  } else {
+    constexpr int64_t C = 2048;
+    float pc[C], qc[M == kResidual ? C : 1];
+    if (hot < 0 || hot >= n) hot = -1;
+    Best out{0, 0.0f, false, false};
+    for (int64_t c = 0; c < n; c += C) {
+      const int64_t m = std::min(C, n - c);
+      for (int64_t i = 0; i < m; ++i) pc[i] = float(p[c + i]);
+      if (M == kResidual)
+        for (int64_t i = 0; i < m; ++i) qc[i] = float(q[c + i]);
+      const Best r = argmax_f32<M>(m, pc, qc, M == kPlain ? nullptr : e + c, hot < 0 ? -1 : hot - c);
+      out.positive |= r.positive;
+      if (!out.nan && (c == 0 || r.nan || r.value > out.value)) out = {c + r.index, r.value, out.positive, r.nan};
+    }
+    return out;
+  }
+}
+
+// torch.argmax of a logits row: float64 compares in float64; float16/bfloat16 widen to float32 exactly,
+// which keeps the order.
 template <typename T>
-using acc_type = std::conditional_t<std::is_same_v<T, double>, double, float>;
+int64_t greedy_argmax(int64_t n, const T* x) {
+  if constexpr (std::is_same_v<T, double>) {
+    int64_t bi = 0;
+    for (int64_t v = 0; v < n; ++v) {
+      if (x[v] != x[v]) return v;
+      if (x[v] > x[bi]) bi = v;
+    }
+    return bi;
+  } else {
+    return argmax_row<kPlain>(n, x, x, nullptr, -1).index;
+  }
+}
 
 // The last dim must be dense (rows are read as plain arrays); the leading strides are honoured.
 Tensor last_dim_dense(const Tensor& x) { return x.stride(-1) == 1 || x.size(-1) <= 1 ? x : x.contiguous(); }
@@ -130,15 +198,13 @@ void verify_greedy(const Tensor& drafts_in, const Tensor& logits_in, const c10::
   int64_t* acc = num_accepted.data_ptr<int64_t>();
   const int64_t s0 = logits.stride(0), s1 = logits.stride(1);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, logits.scalar_type(), "specdec_verify_greedy", [&] {
-    using acc_t = acc_type<scalar_t>;  // half/bfloat16 widen exactly; double stays double, like torch.argmax
     const scalar_t* x = logits.data_ptr<scalar_t>();
     at::parallel_for(0, batch, rows_grain(vocab), [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t limit = n ? std::min(n[b], k) : k;
         int64_t a = 0, last = 0;
         for (;; ++a) {  // argmax lazily: only the slots up to the first mismatch matter
-          const scalar_t* row = x + b * s0 + a * s1;
-          last = argmax<acc_t>(vocab, nullptr, [row](int64_t v) { return acc_t(row[v]); }).index;
+          last = greedy_argmax(vocab, x + b * s0 + a * s1);
           if (a >= limit || d[b * k + a] != last) break;
         }
         acc[b] = a;
@@ -195,25 +261,16 @@ void rejection_sample(const Tensor& drafts_in, const c10::optional<Tensor>& q_in
         }
         const scalar_t* prow = P + b * ps0 + a * ps1;
         const float* eb = e + b * es0;
-        auto p_only = [prow](int64_t v) { return float(prow[v]); };
-        Arg r{0, false};
+        Best r{0, 0.0f, false, false};
         if (a != nb) {  // rejected at slot j = a (clamped like the reference): residual max(p - q, 0)
           const int64_t j = std::min(a, std::max<int64_t>(k - 1, 0));
           if (k > 0 && Q) {
-            const scalar_t* qrow = Q + b * qs0 + j * qs1;
-            r = argmax<float>(vocab, eb, [prow, qrow](int64_t v) {
-              const float x = float(prow[v]) - float(qrow[v]);
-              return x < 0.0f ? 0.0f : x;  // clamp_min: keeps NaN and -0.0
-            });
+            r = argmax_row<kResidual>(vocab, prow, Q + b * qs0 + j * qs1, eb, -1);
           } else {  // q = one-hot(draft); an invalid id (or K = 0) matches no v
-            const int64_t hot = k > 0 ? db[j] : -1;
-            r = argmax<float>(vocab, eb, [prow, hot](int64_t v) {
-              const float x = float(prow[v]) - (v == hot ? 1.0f : 0.0f);
-              return x < 0.0f ? 0.0f : x;
-            });
+            r = argmax_row<kOneHot>(vocab, prow, prow, eb, k > 0 ? db[j] : -1);
           }
         }
-        if (!r.positive) r = argmax<float>(vocab, eb, p_only);  // bonus row, or an all-zero residual
+        if (!r.positive) r = argmax_row<kDivide>(vocab, prow, prow, eb, -1);  // bonus row, or an all-zero residual
         acc[b] = a;
         write_row(tok + b * (k + 1), db, k, a, r.index);
       }
@@ -225,10 +282,10 @@ void rejection_sample(const Tensor& drafts_in, const c10::optional<Tensor>& q_in
 
 // One tensor seen as [B, outer..., T, inner...] with byte strides; size-1 dims dropped, mergeable dims merged.
 struct Geo {
-  char* base;
-  int64_t esize, T, sB, sT, outer_n = 1, inner_n = 1;
+  char* base = nullptr;
+  int64_t esize = 0, T = 0, sB = 0, sT = 0, outer_n = 1, inner_n = 1;
   c10::SmallVector<int64_t, 6> osz, ost, isz, ist;
-  bool dense;  // (T, inner...) is one contiguous chunk: a line moves with memmove
+  bool dense = false;  // (T, inner...) is one contiguous chunk: a line moves with memmove
   alignas(16) unsigned char fill[16];
 };
 
@@ -343,11 +400,7 @@ struct Line {
       if (g.dense) {
         char* q = p + start * g.inner_n * g.esize;
         const int64_t m = count * g.inner_n;
-        if (std::all_of(g.fill, g.fill + sizeof(E), [&](unsigned char c) { return c == g.fill[0]; })) {
-          std::memset(q, g.fill[0], m * sizeof(E));
-        } else {
-          for (int64_t i = 0; i < m; ++i) std::memcpy(q + i * sizeof(E), &value, sizeof(E));
-        }
+        for (int64_t i = 0; i < m; ++i) std::memcpy(q + i * sizeof(E), &value, sizeof(E));
         return;
       }
       for_inner([&](char* q) {
@@ -486,6 +539,7 @@ TORCH_LIBRARY_IMPL(specdec, CPU, m) {
 #define SPECDEC_STR2(a) #a
 #define SPECDEC_STR(a) SPECDEC_STR2(a)
 PyMODINIT_FUNC SPECDEC_CONCAT(PyInit_, TORCH_EXTENSION_NAME)(void) {
-  static PyModuleDef module = {PyModuleDef_HEAD_INIT, SPECDEC_STR(TORCH_EXTENSION_NAME), nullptr, -1, nullptr};
+  static PyModuleDef module = {PyModuleDef_HEAD_INIT, SPECDEC_STR(TORCH_EXTENSION_NAME), nullptr, -1, nullptr,
+                               nullptr, nullptr, nullptr, nullptr};
   return PyModule_Create(&module);
 }

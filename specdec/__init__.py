@@ -1,1 +1,11 @@
 """specdec: batch speculative decoding engines (EQSPEC, EXSPEC) on Hugging Face models."""
+
+from .batch import RaggedKV
+from .cache import SlabCache
+from .drafters import Drafter, ModelDrafter, Proposal
+from .engine import GenerationResult, SpeculativeDecoder
+from .sampling import SamplingConfig, processed_probs
+from .timing import PHASES, PhaseTimer
+
+__all__ = ["Drafter", "GenerationResult", "ModelDrafter", "PHASES", "PhaseTimer", "Proposal", "RaggedKV",
+           "SamplingConfig", "SlabCache", "SpeculativeDecoder", "processed_probs"]

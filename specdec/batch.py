@@ -22,14 +22,26 @@ from .cache import SlabCache
 from .models import max_positions
 
 
+# How drop_and_align restores a common end column:
+#   "shift": one sk.shift_rows_ call for the slab and one for the mask (the design);
+#   "paper": a Python loop over rows and layers that builds each shifted row anew with torch.cat, as the
+#            reference paper's implementation does (the ablation's baseline);
+#   "mask":  no data moves: dropped columns become holes in the mask (positions stay right because they
+#            count real tokens), compacted with sk.compact_rows_ once that would cut the window by a third.
+REALIGN_MODES = ("shift", "mask", "paper")
+
+
 def _round_up_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
 class RaggedKV:
-    def __init__(self, model, batch: int, capacity: int, backend: str | None = None):
+    def __init__(self, model, batch: int, capacity: int, backend: str | None = None, realign: str = "shift"):
+        if realign not in REALIGN_MODES:
+            raise ValueError(f"realign must be one of {REALIGN_MODES}, got {realign!r}")
         self.model = model
         self.backend = backend
+        self.realign = realign
         self.device = next(model.parameters()).device
         self.cache = SlabCache.for_model(model, batch, capacity)
         self.mask = torch.zeros(batch, self.cache.capacity, dtype=torch.bool, device=self.device)
@@ -72,8 +84,10 @@ class RaggedKV:
 
     def _tighten(self) -> None:
         """Drop the columns that are padding in every row from the live window."""
-        if self.batch:
-            self.cache.start = max(self.cache.start, self.length - int(self.seq_len.max()))
+        if self.batch and self.length > self.start:
+            live = self.mask[:, self.start:self.length]
+            first = torch.where(live.any(dim=1), live.to(torch.uint8).argmax(dim=1), live.shape[1])
+            self.cache.start += int(first.min())
 
     # ------------------------------------------------------------------------------------------ forward
     def _attention(self, q0: int, n: int) -> torch.Tensor:
@@ -123,13 +137,42 @@ class RaggedKV:
         the same column again. Returns the shifts."""
         dmin = int(drop.min()) if self.batch else 0
         shifts = drop - dmin
-        if self.batch and bool((shifts != 0).any()):
-            sk.shift_rows_(self.cache.live(), shifts, dim=-2, backend=self.backend)
-            sk.shift_rows_(self.mask[:, self.start:self.length], shifts, dim=-1, backend=self.backend)
+        if self.realign == "mask":
+            self._drop_as_holes(drop, dmin)
+        elif self.batch and bool((shifts != 0).any()):
+            if self.realign == "paper":
+                self._shift_rows_loop(shifts)
+            else:
+                sk.shift_rows_(self.cache.live(), shifts, dim=-2, backend=self.backend)
+                sk.shift_rows_(self.mask[:, self.start:self.length], shifts, dim=-1, backend=self.backend)
         self.cache.length -= dmin
         self.seq_len -= drop
         self._tighten()
         return shifts
+
+    def _drop_as_holes(self, drop: torch.Tensor, dmin: int) -> None:
+        width = int(drop.max()) - dmin
+        if width:
+            tail = self.mask[:, self.length - dmin - width:self.length - dmin]
+            tail &= torch.arange(width, device=self.device)[None, :] < (width - (drop - dmin))[:, None]
+        live = self.length - dmin - self.start
+        longest = int(self.mask[:, self.start:self.length - dmin].sum(dim=1).max())
+        if live - longest >= max(16, longest // 2):  # compaction shortens the window by a third or more
+            keep = self.mask[:, self.start:self.length - dmin].clone()
+            sk.compact_rows_(self.cache.live(self.length - dmin), keep, dim=-2, backend=self.backend)
+            sk.compact_rows_(self.mask[:, self.start:self.length - dmin], keep, dim=-1, backend=self.backend)
+
+    def _shift_rows_loop(self, shifts: torch.Tensor) -> None:
+        slab, lo, hi = self.cache.slab, self.start, self.length
+        for b, s in enumerate(shifts.tolist()):
+            if s == 0:
+                continue
+            for i in range(slab.shape[1]):
+                row = slab[b, i, :, lo:hi]
+                slab[b, i, :, lo:hi] = torch.cat([row.new_zeros(row.shape[0], s, row.shape[2]), row[:, :hi - lo - s]],
+                                                 dim=1)
+            row = self.mask[b, lo:hi]
+            self.mask[b, lo:hi] = torch.cat([row.new_zeros(s), row[:hi - lo - s]])
 
     def crop(self, n: int) -> None:
         """Discard the last n columns of every row (all rows hold real tokens there)."""
@@ -157,7 +200,7 @@ class RaggedKV:
 
     @classmethod
     def prefill(cls, model, prompts: Sequence[Sequence[int]], extra: int, backend: str | None = None,
-                logits_to_keep: int = 1) -> tuple["RaggedKV", torch.Tensor]:
+                logits_to_keep: int = 1, realign: str = "shift") -> tuple["RaggedKV", torch.Tensor]:
         """A new right-aligned batch holding `prompts`, with room for `extra` more columns; also returns the
         logits of the last column(s)."""
         device = next(model.parameters()).device
@@ -168,6 +211,6 @@ class RaggedKV:
             if len(p):
                 ids[b, width - len(p):] = torch.as_tensor(list(p), dtype=torch.int64)
                 new_mask[b, width - len(p):] = True
-        state = cls(model, len(prompts), _round_up_pow2(width + extra), backend)
+        state = cls(model, len(prompts), _round_up_pow2(width + extra), backend, realign)
         logits = state.forward(ids.to(device), new_mask.to(device), logits_to_keep=logits_to_keep)
         return state, logits

@@ -32,7 +32,7 @@ def _config(family: str, vocab_size: int, hidden_size: int, num_layers: int, num
     if family == "gpt2":
         return GPT2Config(vocab_size=vocab_size, n_embd=hidden_size, n_layer=num_layers, n_head=num_heads,
                           n_positions=max_positions, initializer_range=initializer_range,
-                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None)
     raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
 
 

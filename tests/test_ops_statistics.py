@@ -3,13 +3,14 @@ against the exact target probabilities, with a fixed seed (the test is determini
 
 import pytest
 import torch
-from conftest import backend_params, device_generator, run
+from conftest import DEVICE, backend_params, device_generator, run
 from scipy.stats import chisquare
 
 import specdec_kernels as sk
 
-# The interpreter runs one Triton program per row: give it fewer rows (a weaker but still real test).
-ROWS = {"torch": 40000, "cpp": 40000, "triton": 4000}
+# The CPU interpreter runs one Triton program per row at ~50 ms each: give it fewer rows there (a weaker but
+# still real test; exactness against the reference is tested separately). On a GPU it gets the full count.
+ROWS = {"torch": 40000, "cpp": 40000, "triton": 40000 if DEVICE.type == "cuda" else 300}
 ALPHA = 1e-3
 
 
@@ -53,5 +54,5 @@ def test_chi_square_detects_a_wrong_sampler():
     gen = torch.Generator().manual_seed(22)
     p = torch.softmax(torch.randn(7, generator=gen) * 1.5, -1)
     q = torch.softmax(torch.randn(7, generator=gen) * 1.5, -1)
-    wrong = torch.multinomial(q, ROWS["triton"], replacement=True, generator=gen)
+    wrong = torch.multinomial(q, 300, replacement=True, generator=gen)
     assert chi_square_pvalue(wrong, p) < ALPHA

@@ -1,0 +1,47 @@
+"""Shared tiny models and reference outputs for the engine tests, built once per session (seeded)."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from specdec.models import agreeing_draft, tiny_model, unrelated_draft
+
+VOCAB = 256
+
+
+@functools.lru_cache(maxsize=None)
+def target(family: str) -> torch.nn.Module:
+    return tiny_model(family, vocab_size=VOCAB, hidden_size=64, num_layers=2, seed=11)
+
+
+@functools.lru_cache(maxsize=None)
+def draft(family: str, kind: str) -> torch.nn.Module:
+    """kind "agree": another family carrying the target's weights plus noise (a noisy GPT-2 for GPT-2, which
+    has no twin); "unrelated": random weights of another family, same vocabulary."""
+    t = target(family)
+    if kind == "agree":
+        return agreeing_draft(t, noise=0.02, seed=5)
+    other = {"llama": "gpt2", "qwen2": "llama", "gpt2": "llama"}[family]
+    return unrelated_draft(t, other, num_layers=1, seed=23)
+
+
+def prompts(lengths, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in lengths]
+
+
+@functools.lru_cache(maxsize=None)
+def _reference(family: str, prompt: tuple[int, ...], max_new: int, eos: int | None) -> tuple[int, ...]:
+    model = target(family)
+    extra = {"eos_token_id": eos, "pad_token_id": eos} if eos is not None else {}
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             do_sample=False, max_new_tokens=max_new, **extra)
+    return tuple(out[0, len(prompt):].tolist())
+
+
+def reference(family: str, prompts_, max_new: int, eos: int | None = None) -> list[list[int]]:
+    """target.generate on each prompt alone (greedy, float32 CPU): the ground truth for greedy equivalence."""
+    return [list(_reference(family, tuple(p), max_new, eos)) for p in prompts_]
