@@ -1,5 +1,8 @@
 """Side-by-side timings of every op on every backend, in one process, interleaved round by round.
 
+Kernel rows run with value checks off (SPECDEC_CHECKS=0); the "+ checks" rows show what the default
+checks (NaN, id and count ranges: one extra pass over the inputs) add.
+
 A shared, noisy machine makes separate runs incomparable; interleaving the backends inside each round and
 taking medians makes the ratios trustworthy. `python -m specdec_kernels` prints the table;
 bench/compare_ops.py writes it as JSON/markdown for the README.
@@ -7,6 +10,8 @@ bench/compare_ops.py writes it as JSON/markdown for the README.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -37,7 +42,29 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+@contextlib.contextmanager
+def _checks(on: bool):
+    """Value checks (NaN, id ranges) cost a pass over the inputs; the kernel rows are timed without them."""
+    old = os.environ.get("SPECDEC_CHECKS")
+    os.environ["SPECDEC_CHECKS"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["SPECDEC_CHECKS"]
+        else:
+            os.environ["SPECDEC_CHECKS"] = old
+
+
+def _timed(fn: Callable[[], object], checks: bool) -> Callable[[], object]:
+    def call():
+        with _checks(checks):
+            return fn()
+    return call
+
+
 def _median_ms(fns: dict[str, Callable[[], object]], device: torch.device, rounds: int, warmup: int = 2) -> dict:
+    fns = {name: _timed(fn, checks=name.endswith("+ checks")) for name, fn in fns.items()}
     times: dict[str, list[float]] = {name: [] for name in fns}
     for name, fn in fns.items():
         for _ in range(warmup):
@@ -77,10 +104,13 @@ def sampling_rows(device, batch=8, k=4, vocab=32000, rounds=20) -> list[Row]:
     names = backends_for(device)
     reject = {b: (lambda b=b: ops.rejection_sample(drafts, q, p, uniform=uniform, exponential=exponential,
                                                    backend=b)) for b in names}
+    fastest = names[-1]
+    reject[f"{fastest} + checks"] = reject[fastest]
     # Ideal traffic: the K draft probabilities gathered plus one full row of p and q.
     for b, ms in _median_ms(reject, device, rounds).items():
         rows.append(Row("rejection_sample", size, b, ms, (2 * vocab + 2 * k) * 4 * batch / 1e9))
     greedy = {b: (lambda b=b: ops.verify_greedy(drafts, logits, backend=b)) for b in names}
+    greedy[f"{fastest} + checks"] = greedy[fastest]
     for b, ms in _median_ms(greedy, device, rounds).items():
         rows.append(Row("verify_greedy", size, b, ms, logits.numel() * 4 / 1e9))
     return rows
