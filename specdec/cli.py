@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the embedded pair: autoregressive vs EQSPEC with a model and n-gram draft")
     demo.add_argument("--threads", type=int, default=int(os.environ.get("SPECDEC_THREADS", "1")))
     demo.add_argument("--backend", choices=("auto", "torch", "cpp", "triton"), default=None)
+    demo.add_argument("--json", dest="json_out", default=None, help="also write the table's numbers here")
     ablate = sub.add_parser("ablate", help="schedulers x backends x batch sizes, with phase shares and a plot")
     ablate.add_argument("--quick", action="store_true", help="batch sizes 1 and 8, fewer prompts (< 5 min here)")
     ablate.add_argument("--json", dest="json_out", default="results/ablation.json")
@@ -169,7 +170,7 @@ def main(argv=None) -> int:
             cmd_run(args)
         elif args.command == "demo":
             from .demo import run_demo
-            run_demo(threads=args.threads, backend=args.backend)
+            run_demo(threads=args.threads, backend=args.backend, json_out=args.json_out)
         else:
             from .ablation import run_ablation
             run_ablation(quick=args.quick, json_out=args.json_out, plot=args.plot, device=args.device,

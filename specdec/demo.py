@@ -3,6 +3,8 @@ layer-skip draft model and with the n-gram drafter, every output checked against
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
 import torch
@@ -17,13 +19,14 @@ from .report import format_runs, run_summary
 
 
 def run_demo(threads: int = 1, backend: str | None = None, batch_size: int = 8, k: int = 4,
-             max_new_tokens: int = 64) -> list[dict]:
+             max_new_tokens: int = 64, json_out: str | None = None) -> list[dict]:
     torch.set_num_threads(threads)
     target, draft, tokenizer = build_default_pair()
     prompts = [tokenizer.encode(p["text"]) for p in shipped_prompts()]
     chosen = backend or sk.get_backend()
-    print(f"specdec demo: {len(prompts)} shipped prompts, batch {batch_size}, K={k}, {max_new_tokens} new tokens, "
-          f"{threads} thread(s), kernels backend {chosen!r} (available: {', '.join(sk.available_backends())})")
+    header = (f"specdec demo: {len(prompts)} shipped prompts, batch {batch_size}, K={k}, {max_new_tokens} new tokens, "
+              f"{threads} thread(s), kernels backend {chosen!r} (available: {', '.join(sk.available_backends())})")
+    print(header)
     print("target: 8-layer random Llama (byte vocabulary) whose late layers only refine; draft: its first 2 "
           "layers (see specdec/demo_models.py)\n")
     start = time.perf_counter()
@@ -38,6 +41,10 @@ def run_demo(threads: int = 1, backend: str | None = None, batch_size: int = 8, 
         exact = sum(a == b for a, b in zip(result.sequences, reference)) / len(prompts)
         rows.append(run_summary(name, result.stats, threads, exact=exact))
     print(format_runs(rows, baseline=rows[0]["tokens_per_s"]))
+    if json_out:
+        os.makedirs(os.path.dirname(json_out) or ".", exist_ok=True)
+        with open(json_out, "w") as f:
+            json.dump({"header": header, "rows": rows}, f, indent=1)
     print("\ncolumns: tokens/s over the whole run; speed-up over batched autoregressive decoding; accept = accepted "
           "drafts / proposed drafts; tokens/step = tokens a row gains per step; phase % = share of wall time; "
           "exact = prompts whose output equals plain greedy decoding token for token")
