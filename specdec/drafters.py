@@ -13,6 +13,14 @@ lookup) plugs in beside the draft model:
 probs is the distribution the drafts were sampled from (None: deterministic drafts, which the rejection rule
 treats as q = one-hot). num_draft lets a drafter propose fewer than K tokens for some rows; unused slots may
 hold any id. A drafter sees every emitted token through begin/accept/refill, so it can keep its own history.
+
+EXSPEC (specdec.exspec) keeps its sequences in a pool of slots and steps a different group of them each time;
+a drafter for it (PoolDrafter) has three more hooks, and then refill's rows are pool slots (evict is unused):
+
+    begin_pool(size, k, *, extra_capacity)   an empty pool of `size` slots (k: drafts per step)
+    gather(slots)                         the next propose/accept act on these slots (int64 index, in order);
+                                          accept then writes each row's outcome back to its slot
+    align()                               after gather: line up the group's rows if their lengths differ
 """
 
 from __future__ import annotations
@@ -51,6 +59,18 @@ class Drafter(Protocol):
         ...
 
 
+@runtime_checkable
+class PoolDrafter(Drafter, Protocol):
+    def begin_pool(self, size: int, k: int, *, extra_capacity: int) -> None:
+        ...
+
+    def gather(self, slots: torch.Tensor) -> None:
+        ...
+
+    def align(self) -> None:
+        ...
+
+
 class ModelDrafter:
     """A Hugging Face causal LM as drafter, with its own ragged batch and slab KV cache that persist across
     steps (no re-prefill).
@@ -63,15 +83,20 @@ class ModelDrafter:
     d_{K-1}, computed while drafting d_K, which is why the step starts with two tokens rather than one.
     """
 
-    def __init__(self, model, backend: str | None = None, realign: str = "shift"):
+    def __init__(self, model, backend: str | None = None, realign: str = "shift",
+                 compact_threshold: float | None = None):
         self.model = model
         self.backend = backend
         self.realign = realign
+        self.compact_threshold = compact_threshold
         self.device = next(model.parameters()).device
         self.state: RaggedKV | None = None
         self.prev: torch.Tensor | None = None
         self.last: torch.Tensor | None = None
         self._k = 0
+        # EXSPEC pool mode: a SlotPool, each slot's prev/last, and the slots of the gathered step batch
+        self.pool = None
+        self.slots: torch.Tensor | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -80,12 +105,14 @@ class ModelDrafter:
     def _prefill(self, prompts, extra: int) -> tuple[RaggedKV, torch.Tensor]:
         # Logits are not needed: the draft only has to hold the prompt minus its final token, which is
         # every row's last column (right-aligned), so one common crop establishes the invariant.
-        state, _ = RaggedKV.prefill(self.model, prompts, extra, self.backend, logits_to_keep=1, realign=self.realign)
+        state, _ = RaggedKV.prefill(self.model, prompts, extra, self.backend, logits_to_keep=1, realign=self.realign,
+                                    compact_threshold=self.compact_threshold)
         state.crop(1)
         prev = torch.tensor([p[-1] for p in prompts], dtype=torch.int64, device=self.device)
         return state, prev
 
     def begin(self, prompts, first_tokens, *, extra_capacity: int) -> None:
+        self.pool = self.slots = None
         self.state, self.prev = self._prefill(prompts, extra_capacity)
         self.last = first_tokens.to(self.device, torch.int64).clone()
 
@@ -107,10 +134,16 @@ class ModelDrafter:
 
     def accept(self, tokens: torch.Tensor, num_accepted: torch.Tensor) -> None:
         a = num_accepted.to(self.device)
-        self.state.drop_and_align(self._k - a)
+        if self.slots is None:
+            self.state.drop_and_align(self._k - a)
+        else:  # the K+1 columns propose wrote from _base: each row's a_b + 1 kept ones go to the end of its slot
+            self.pool.scatter(self.slots, self.state, self._base, a + 1)
         before = tokens.gather(1, (a - 1).clamp(min=0)[:, None]).squeeze(1)
         self.prev = torch.where(a > 0, before, self.last)
         self.last = tokens.gather(1, a[:, None]).squeeze(1)
+        if self.slots is not None:
+            self._slot_prev[self.slots] = self.prev
+            self._slot_last[self.slots] = self.last
 
     def evict(self, keep: torch.Tensor) -> None:
         keep = keep.to(self.device)
@@ -121,7 +154,32 @@ class ModelDrafter:
     def refill(self, rows, prompts, first_tokens) -> None:
         rows = rows.to(self.device)
         src, prev = self._prefill(prompts, 0)
+        if self.pool is not None:
+            self.pool.admit(rows, src)
+            self._slot_prev[rows] = prev
+            self._slot_last[rows] = first_tokens.to(self.device, torch.int64)
+            return
         self.state.place(rows, src)
         self.prev[rows] = prev
         self.last[rows] = first_tokens.to(self.device, torch.int64)
+
+    # ------------------------------------------------------------------------------- EXSPEC pool mode
+    def begin_pool(self, size: int, k: int, *, extra_capacity: int) -> None:
+        from .exspec import SlotPool  # exspec imports the engine, which imports this module
+        # propose writes k + 1 columns a step: [prev, last], then k - 1 drafts
+        self.pool = SlotPool(self.model, size, extra_capacity, k + 1, self.backend, self.realign)
+        self._slot_prev = torch.zeros(size, dtype=torch.int64, device=self.device)
+        self._slot_last = torch.zeros(size, dtype=torch.int64, device=self.device)
+        self.slots = None
+
+    def gather(self, slots: torch.Tensor) -> None:
+        self.slots = slots.to(self.device)
+        self.state, self._pad = self.pool.gather(self.slots)
+        self._base = self.state.length
+        self.prev = self._slot_prev.index_select(0, self.slots)
+        self.last = self._slot_last.index_select(0, self.slots)
+
+    def align(self) -> None:
+        self.pool.align(self.state, self._pad)
+        self._base = self.state.length
 

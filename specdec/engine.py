@@ -1,4 +1,5 @@
-"""SpeculativeDecoder: batch speculative decoding (EQSPEC) and its plain autoregressive baseline.
+"""SpeculativeDecoder: batch speculative decoding (EQSPEC; EXSPEC in specdec.exspec) and its plain
+autoregressive baseline.
 
 The loop is short and every phase is a named method, as in gpt-fast:
 
@@ -10,7 +11,8 @@ The loop is short and every phase is a named method, as in gpt-fast:
         realign  target and drafter drop their rejected columns and right-align again (sk.shift_rows_)
         schedule append tokens, finish rows at EOS / max_new_tokens, evict them, admit waiting prompts
 
-Between steps the target cache holds every token of a row except the newest, `last`.
+Between steps the target cache holds every token of a row except the newest, `last`. EXSPEC (ExspecRun) reuses
+this class's phases (speculate, record, emit, first_tokens, stats) around its own pool, gather and scatter.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ import torch
 
 import specdec_kernels as sk
 
-from .batch import REALIGN_MODES, RaggedKV
-from .drafters import Drafter, ModelDrafter
+from .batch import REALIGN_MODES, RaggedKV, check_compact_threshold
+from .drafters import Drafter, ModelDrafter, PoolDrafter
 from .sampling import SamplingConfig, greedy, sample
 from .timing import PhaseTimer
 from .validation import check_models, encode_prompts, eos_ids
 
-SCHEDULERS = ("eqspec", "autoregressive")  # what this build runs; "exspec" is planned
+SCHEDULERS = ("eqspec", "exspec", "autoregressive")
 
 
 @dataclass
@@ -40,15 +42,18 @@ class GenerationResult:
 class SpeculativeDecoder:
     def __init__(self, target, draft=None, num_draft_tokens: int = 4, scheduler: str = "eqspec",
                  backend: str | None = None, tokenizer=None, sync_timers: bool | None = None,
-                 realign: str = "shift"):
+                 realign: str = "shift", compact_threshold: float | None = None, window: int = 32):
+        """window: EXSPEC's pool size, the number of unfinished prompts it picks each step's group from."""
         if realign not in REALIGN_MODES:
             raise ValueError(f"realign must be one of {REALIGN_MODES}, got {realign!r}")
-        if scheduler == "exspec":
-            raise NotImplementedError("scheduler='exspec' is not implemented yet; use 'eqspec'")
+        # realign="mask": compact the holes once they are this share of the window (specdec.batch)
+        self.compact_threshold = check_compact_threshold(compact_threshold)
         if scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
         if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
             raise ValueError(f"num_draft_tokens must be an int >= 1, got {num_draft_tokens!r}")
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be an int >= 1, got {window!r}")
         if backend is not None:
             reason = sk.unavailable_reason(backend)  # ValueError for an unknown name
             if reason and backend != "auto":
@@ -60,16 +65,20 @@ class SpeculativeDecoder:
         self.tokenizer = tokenizer
         self.sync_timers = sync_timers
         self.realign = realign
+        self.window = window
         self.device = next(target.parameters()).device
         if scheduler == "autoregressive":
             self.drafter = None
         elif draft is None:
-            raise ValueError("scheduler='eqspec' needs a draft model or drafter")
+            raise ValueError(f"scheduler={scheduler!r} needs a draft model or drafter")
         elif isinstance(draft, Drafter) and not isinstance(draft, torch.nn.Module):
             self.drafter = draft
         else:
             check_models(target, draft)
-            self.drafter = ModelDrafter(draft, backend, realign)
+            self.drafter = ModelDrafter(draft, backend, realign, self.compact_threshold)
+        if scheduler == "exspec" and not isinstance(self.drafter, PoolDrafter):
+            raise ValueError("scheduler='exspec' needs a drafter with the pool hooks begin_pool, gather and align "
+                             "(see specdec.drafters)")
         self.vocab_size = target.get_output_embeddings().weight.shape[0]
 
     def generate(self, prompts, max_new_tokens: int = 64, batch_size: int = 8, eos_token_id=None,
@@ -81,7 +90,11 @@ class SpeculativeDecoder:
         ids = encode_prompts(prompts, self.tokenizer, self.target, max_new_tokens, batch_size)
         sampling = SamplingConfig(bool(do_sample), temperature, top_k, top_p)
         eos = eos_ids(eos_token_id, self.target, self.vocab_size)
-        run = _Run(self, ids, max_new_tokens, batch_size, eos, sampling, seed, progress)
+        if self.scheduler == "exspec":
+            from .exspec import ExspecRun  # exspec builds on _Run: imported here, not at the top
+            run = ExspecRun(self, ids, max_new_tokens, batch_size, eos, sampling, seed, progress, self.window)
+        else:
+            run = _Run(self, ids, max_new_tokens, batch_size, eos, sampling, seed, progress)
         with torch.no_grad():
             run.run()
         result = GenerationResult(run.out, run.stats())
@@ -136,12 +149,7 @@ class _Run:
             tokens = self.last[:, None]
             accepted = torch.zeros(len(self.rows), dtype=torch.int64, device=self.device)
         else:
-            with self.timer.phase("draft"):
-                proposal = self.dec.drafter.propose(self.k, self.sampling, self.generator)
-            with self.timer.phase("verify"):
-                logits = self.verify(proposal.tokens)
-            with self.timer.phase("sample"):
-                tokens, accepted = self.accept(proposal, logits)
+            proposal, tokens, accepted = self.speculate()
             with self.timer.phase("realign"):
                 self.realign(tokens, accepted, proposal.num_draft)
         with self.timer.phase("schedule"):
@@ -149,6 +157,16 @@ class _Run:
             self.settle()
 
     # --------------------------------------------------------------------------------------- phases
+    def speculate(self):
+        """draft, verify, sample on the current batch: (proposal, tokens [B, K+1], accepted [B])."""
+        with self.timer.phase("draft"):
+            proposal = self.dec.drafter.propose(self.k, self.sampling, self.generator)
+        with self.timer.phase("verify"):
+            logits = self.verify(proposal.tokens)
+        with self.timer.phase("sample"):
+            tokens, accepted = self.accept(proposal, logits)
+        return proposal, tokens, accepted
+
     def verify(self, drafts: torch.Tensor) -> torch.Tensor:
         # Unused slots of a ragged proposal may hold -1; any valid id will do there, nothing reads its logits.
         return self.target.forward(torch.cat([self.last[:, None], drafts.clamp(min=0)], dim=1))
@@ -186,11 +204,12 @@ class _Run:
                     self.cuts["eos" if eos else "max_new_tokens"] += 1
                 return
 
-    def record(self, tokens: torch.Tensor, accepted: torch.Tensor, num_draft) -> None:
+    def record(self, tokens: torch.Tensor, accepted: torch.Tensor, num_draft, rows: list[int] | None = None) -> None:
+        """rows: where batch row b lives in self.rows / self.finished (default b; EXSPEC passes its pool slots)."""
         a = accepted.tolist()
         toks = tokens.tolist()
-        for row, a_b in enumerate(a):
-            self.emit(row, toks[row][:a_b + 1])
+        for b, a_b in enumerate(a):
+            self.emit(b if rows is None else rows[b], toks[b][:a_b + 1])
             self.accept_hist[a_b] += 1
         if self.dec.drafter is not None:
             self.drafted += int(num_draft.sum()) if num_draft is not None else self.k * len(a)
@@ -203,7 +222,7 @@ class _Run:
         prompts = [self.prompts[i] for i in take]
         extra = self.max_new + 2 * (self.k + 1)
         self.target, logits = RaggedKV.prefill(self.dec.target, prompts, extra, self.backend,
-                                               realign=self.dec.realign)
+                                               realign=self.dec.realign, compact_threshold=self.dec.compact_threshold)
         self.last = self.first_tokens(logits)
         self.rows = take
         self.finished = [False] * len(take)
@@ -274,5 +293,9 @@ class _Run:
             "num_draft_tokens": self.k if self.dec.drafter is not None else 0,
             "backend": self.backend or sk.get_backend(),
             "realign": self.dec.realign,
+            # realign="mask": compactions of the target's and the draft model's caches, together
+            "compactions": sum(getattr(s, "compactions", 0) for s in
+                               (self.target, getattr(self.dec.drafter, "state", None)) if s is not None),
+            "compact_threshold": self.dec.compact_threshold,
             "eos": list(self.eos),
         }

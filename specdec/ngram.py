@@ -44,13 +44,14 @@ class NgramIndex:
 
 
 class NgramDrafter:
-    """Drafter protocol (see drafters.py) over one NgramIndex per row."""
+    """Drafter and PoolDrafter protocols (see drafters.py) over one NgramIndex per row (per slot in a pool)."""
 
     def __init__(self, max_n: int = 3, min_n: int = 1):
         if not 1 <= min_n <= max_n:
             raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
         self.max_n, self.min_n = max_n, min_n
         self.rows: list[NgramIndex] = []
+        self.active: list[int] | None = None  # pool mode: the gathered slots; None: every row
         self.device = torch.device("cpu")
 
     def _index(self, prompt: Sequence[int], first: int) -> NgramIndex:
@@ -59,9 +60,23 @@ class NgramDrafter:
     def begin(self, prompts, first_tokens: torch.Tensor, *, extra_capacity: int = 0) -> None:
         self.device = first_tokens.device
         self.rows = [self._index(p, t) for p, t in zip(prompts, first_tokens.tolist())]
+        self.active = None
+
+    def begin_pool(self, size: int, k: int = 0, *, extra_capacity: int = 0) -> None:
+        self.rows = [None] * size
+        self.active = None
+
+    def gather(self, slots: torch.Tensor) -> None:
+        self.active = slots.tolist()
+
+    def align(self) -> None:
+        pass
+
+    def _batch(self) -> list[NgramIndex]:
+        return self.rows if self.active is None else [self.rows[s] for s in self.active]
 
     def propose(self, k: int, sampling=None, generator=None) -> Proposal:
-        proposals = [row.propose(k) for row in self.rows]
+        proposals = [row.propose(k) for row in self._batch()]
         tokens = torch.full((len(proposals), k), -1, dtype=torch.int64)
         for b, proposal in enumerate(proposals):
             tokens[b, :len(proposal)] = torch.tensor(proposal, dtype=torch.int64)
@@ -69,12 +84,13 @@ class NgramDrafter:
         return Proposal(tokens.to(self.device), None, num_draft.to(self.device))
 
     def accept(self, tokens: torch.Tensor, num_accepted: torch.Tensor) -> None:
-        for row, emitted, a in zip(self.rows, tokens.tolist(), num_accepted.tolist()):
+        for row, emitted, a in zip(self._batch(), tokens.tolist(), num_accepted.tolist()):
             row.extend(emitted[:a + 1])
 
     def evict(self, keep: torch.Tensor) -> None:
         self.rows = [self.rows[i] for i in keep.tolist()]
 
     def refill(self, rows: torch.Tensor, prompts, first_tokens: torch.Tensor) -> None:
+        self.device = first_tokens.device
         for b, prompt, first in zip(rows.tolist(), prompts, first_tokens.tolist()):
             self.rows[b] = self._index(prompt, first)

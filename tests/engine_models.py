@@ -6,9 +6,20 @@ import functools
 
 import torch
 
+from specdec import SpeculativeDecoder
 from specdec.models import agreeing_draft, tiny_model, unrelated_draft
 
 VOCAB = 256
+
+# The speculative schedulers: every greedy and sampling guarantee is tested on both.
+SPEC_SCHEDULERS = ("eqspec", "exspec")
+
+
+def decoder(target_model, drafter, scheduler: str = "eqspec", window: int | None = None, **kwargs):
+    """A SpeculativeDecoder; for EXSPEC, `window` (default 32) is its pool size."""
+    if scheduler == "exspec" and window is not None:
+        kwargs["window"] = window
+    return SpeculativeDecoder(target_model, drafter, scheduler=scheduler, **kwargs)
 
 
 @functools.lru_cache(maxsize=None)

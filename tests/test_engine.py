@@ -3,7 +3,9 @@
 Ragged batches (prompt lengths 1..100 in one batch), more prompts than batch_size (eviction and refill),
 K from 1 to 6, drafts of another family that agree often or not at all, every backend. Each test also
 checks that the hard paths really ran (rows accepting different lengths, all K accepted, cut blocks), so a
-test cannot pass by never reaching them.
+test cannot pass by never reaching them. The speculative tests run under both schedulers, EQSPEC and EXSPEC
+(whose pool, here twice the batch size, slides over the prompts when there are more); EXSPEC-only behaviour is
+in test_exspec.py.
 """
 
 from collections import Counter
@@ -12,7 +14,7 @@ import pytest
 import torch
 
 from conftest import backend_params
-from engine_models import draft, prompts, reference, target
+from engine_models import SPEC_SCHEDULERS, decoder, draft, prompts, reference, target
 from specdec import SpeculativeDecoder
 from specdec.models import tiny_model
 from specdec.ngram import NgramDrafter
@@ -32,17 +34,19 @@ CASES = [
 ]
 
 
-def _run(family, kind, batch_size, k, lengths, max_new, seed, backend="torch", eos=None):
+def _run(family, kind, batch_size, k, lengths, max_new, seed, backend="torch", eos=None, scheduler="eqspec"):
     ps = prompts(lengths, seed)
-    dec = SpeculativeDecoder(target(family), draft(family, kind), num_draft_tokens=k, backend=backend)
+    dec = decoder(target(family), draft(family, kind), scheduler, window=2 * batch_size, num_draft_tokens=k,
+                  backend=backend)
     res = dec.generate(ps, max_new_tokens=max_new, batch_size=batch_size, eos_token_id=[] if eos is None else eos)
     return ps, res
 
 
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
 @pytest.mark.parametrize("family,kind,batch_size,k,lengths,max_new,seed",
                          [pytest.param(*c[1:], id=c[0]) for c in CASES])
-def test_greedy_equals_target_generate(family, kind, batch_size, k, lengths, max_new, seed):
-    ps, res = _run(family, kind, batch_size, k, lengths, max_new, seed)
+def test_greedy_equals_target_generate(family, kind, batch_size, k, lengths, max_new, seed, scheduler):
+    ps, res = _run(family, kind, batch_size, k, lengths, max_new, seed, scheduler=scheduler)
     assert res.sequences == reference(family, ps, max_new)
     stats = res.stats
     assert stats["new_tokens"] == len(ps) * max_new
@@ -54,24 +58,26 @@ def test_greedy_equals_target_generate(family, kind, batch_size, k, lengths, max
             assert stats["ragged_steps"] > 0, "rows never accepted different lengths in one step"
 
 
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
 @pytest.mark.parametrize("backend", backend_params())
-def test_greedy_every_backend(backend):
+def test_greedy_every_backend(backend, scheduler):
     # The interpreter makes triton slow on CPU: one mid-size ragged case with eviction for every backend.
     lengths = (9, 1, 30, 4, 17)
-    ps, res = _run("llama", "agree", 3, 4, lengths, 16, seed=12, backend=backend)
+    ps, res = _run("llama", "agree", 3, 4, lengths, 16, seed=12, backend=backend, scheduler=scheduler)
     assert res.sequences == reference("llama", ps, 16)
     assert res.stats["ragged_steps"] > 0
     assert res.stats["backend"] == backend
 
 
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
-def test_eos_inside_an_accepted_block(family):
+def test_eos_inside_an_accepted_block(family, scheduler):
     lengths, max_new = (6, 1, 22, 3, 45, 10, 2), 28
     ps = prompts(lengths, seed=20)
     ref = reference(family, ps, max_new)
     # The most frequent token after the first position: several rows stop on it, mid-sequence.
     eos = Counter(t for r in ref for t in r[1:]).most_common(1)[0][0]
-    _, res = _run(family, "agree", 3, 5, lengths, max_new, seed=20, eos=eos)
+    _, res = _run(family, "agree", 3, 5, lengths, max_new, seed=20, eos=eos, scheduler=scheduler)
     expected = reference(family, ps, max_new, eos=eos)
     assert res.sequences == expected
     assert any(len(s) < max_new and s[-1] == eos for s in res.sequences)
@@ -79,10 +85,11 @@ def test_eos_inside_an_accepted_block(family):
     assert res.stats["cut_blocks"]["eos"] > 0, "EOS never fell inside an accepted block"
 
 
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
 @pytest.mark.parametrize("max_new", [1, 2, 7, 13])
-def test_max_new_tokens_inside_an_accepted_block(max_new):
+def test_max_new_tokens_inside_an_accepted_block(max_new, scheduler):
     lengths = (4, 12, 1, 30, 8)
-    ps, res = _run("qwen2", "agree", 2, 6, lengths, max_new, seed=21)
+    ps, res = _run("qwen2", "agree", 2, 6, lengths, max_new, seed=21, scheduler=scheduler)
     assert res.sequences == reference("qwen2", ps, max_new)
     assert all(len(s) == max_new for s in res.sequences)
     if max_new > 1:
@@ -99,39 +106,42 @@ def test_autoregressive_scheduler(family, batch_size):
     assert res.stats["steps"] > 0 and res.stats["drafted"] == 0
 
 
-def test_eos_equal_to_padding_value():
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
+def test_eos_equal_to_padding_value(scheduler):
     # Padding is tracked by the mask, so an EOS id of 0 (the value padded columns hold) changes nothing
     # except stopping at 0.
     ps = prompts((1, 9, 25, 4), seed=40)
     ps = [[0] * 3 + p for p in ps]
-    _, res = _run_with(ps, eos=0)
+    dec = decoder(target("llama"), draft("llama", "agree"), scheduler, window=3, num_draft_tokens=3)
+    res = dec.generate(ps, max_new_tokens=20, batch_size=2, eos_token_id=0)
     assert res.sequences == reference("llama", ps, 20, eos=0)
 
 
-def _run_with(ps, eos):
-    dec = SpeculativeDecoder(target("llama"), draft("llama", "agree"), num_draft_tokens=3)
-    return ps, dec.generate(ps, max_new_tokens=20, batch_size=2, eos_token_id=eos)
-
-
-def test_stats_phases_add_up():
-    ps, res = _run("llama", "agree", 3, 4, (5, 20, 2, 9), 12, seed=50)
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
+def test_stats_phases_add_up(scheduler):
+    ps, res = _run("llama", "agree", 3, 4, (5, 20, 2, 9), 12, seed=50, scheduler=scheduler)
     s = res.stats
+    assert s["scheduler"] == scheduler
     assert set(s["phase_seconds"]) == {"draft", "verify", "sample", "realign", "schedule", "other"}
     assert sum(s["phase_seconds"].values()) == pytest.approx(s["total_seconds"], rel=1e-9)
     assert s["total_seconds"] > 0 and s["tokens_per_s"] == pytest.approx(s["new_tokens"] / s["total_seconds"])
     assert 0 <= s["acceptance_rate"] <= 1
     assert s["accepted"] == sum(i * c for i, c in enumerate(s["accept_histogram"]))
     assert s["mean_accepted_length"] == pytest.approx(1 + s["accepted"] / sum(s["accept_histogram"]))
+    if scheduler == "exspec":
+        assert 0 <= s["group_rate"] <= 1 and s["groups"] == s["steps"]
 
 
-def test_empty_prompt_list_and_zero_new_tokens():
-    dec = SpeculativeDecoder(target("llama"), draft("llama", "agree"))
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
+def test_empty_prompt_list_and_zero_new_tokens(scheduler):
+    dec = decoder(target("llama"), draft("llama", "agree"), scheduler)
     assert dec.generate([]).sequences == []
     res = dec.generate([[1, 2], [3]], max_new_tokens=0)
     assert res.sequences == [[], []] and res.stats["steps"] == 0
 
 
-def test_string_prompts_with_a_tokenizer():
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
+def test_string_prompts_with_a_tokenizer(scheduler):
     class ByteTokenizer:
         def __call__(self, text):
             return {"input_ids": list(text.encode())}
@@ -139,34 +149,34 @@ def test_string_prompts_with_a_tokenizer():
         def decode(self, ids):
             return bytes(i % 256 for i in ids).decode("latin-1")
 
-    dec = SpeculativeDecoder(target("llama"), draft("llama", "agree"), tokenizer=ByteTokenizer())
+    dec = decoder(target("llama"), draft("llama", "agree"), scheduler, tokenizer=ByteTokenizer())
     res = dec.generate(["hello", "a"], max_new_tokens=8, eos_token_id=[])
     assert res.sequences == reference("llama", [list(b"hello"), list(b"a")], 8)
     assert res.texts == [ByteTokenizer().decode(s) for s in res.sequences]
 
-
-
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
-def test_draft_equal_to_target_accepts_everything(family):
+def test_draft_equal_to_target_accepts_everything(family, scheduler):
     # Greedy output is right whatever the draft proposes, so this is what checks the draft's own cache
     # bookkeeping (prev/last, realignment, refill, the all-accepted step without re-prefill): a draft that is
     # the target must have every proposal accepted.
     ps = prompts((5, 1, 38, 12, 3, 21), seed=60)
-    dec = SpeculativeDecoder(target(family), target(family), num_draft_tokens=4)
+    dec = decoder(target(family), target(family), scheduler, window=4, num_draft_tokens=4)
     res = dec.generate(ps, max_new_tokens=25, batch_size=3, eos_token_id=[])
     assert res.sequences == reference(family, ps, 25)
     assert res.stats["acceptance_rate"] == 1.0
     assert res.stats["accept_histogram"][:4] == [0, 0, 0, 0]
 
 
-def test_ngram_drafter_ragged_num_draft():
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
+def test_ngram_drafter_ragged_num_draft(scheduler):
     # A model-free drafter proposes a different number of tokens per row (num_draft), often none. A
     # 16-token vocabulary makes the target's greedy output repeat, so lookups hit.
     model = tiny_model("qwen2", vocab_size=16, hidden_size=64, num_layers=2, seed=1)
     g = torch.Generator().manual_seed(1)
     ps = [torch.randint(0, 16, (n,), generator=g).tolist() for n in (3, 1, 20, 9, 5)]
     want = [model.generate(torch.tensor([p]), do_sample=False, max_new_tokens=48)[0, len(p):].tolist() for p in ps]
-    res = SpeculativeDecoder(model, NgramDrafter(), num_draft_tokens=4).generate(
+    res = decoder(model, NgramDrafter(), scheduler, window=4, num_draft_tokens=4).generate(
         ps, max_new_tokens=48, batch_size=3, eos_token_id=[])
     assert res.sequences == want
     hist = res.stats["accept_histogram"]
@@ -174,14 +184,18 @@ def test_ngram_drafter_ragged_num_draft():
     assert res.stats["drafted"] < 4 * sum(hist), "some rows must have proposed fewer than K drafts"
 
 
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
 @pytest.mark.parametrize("realign", ["shift", "mask", "paper"])
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_every_realign_mode_is_exact(family, realign):
+def test_every_realign_mode_is_exact(family, realign, scheduler):
     # The ablation's modes: kernel shift, holes in the mask compacted now and then, the paper's row loop.
+    # EXSPEC uses them to right-align a group of unequal lengths (which these prompts force).
     ps = prompts((5, 1, 38, 12, 3, 21, 64), seed=70)
-    dec = SpeculativeDecoder(target(family), draft(family, "agree"), num_draft_tokens=4, realign=realign)
+    dec = decoder(target(family), draft(family, "agree"), scheduler, window=4, num_draft_tokens=4, realign=realign)
     res = dec.generate(ps, max_new_tokens=40, batch_size=3, eos_token_id=[])
     assert res.sequences == reference(family, ps, 40)
     assert res.stats["ragged_steps"] > 0 and res.stats["realign"] == realign
-    same = SpeculativeDecoder(target(family), target(family), num_draft_tokens=4, realign=realign)
+    if scheduler == "exspec":
+        assert res.stats["group_rate"] < 1, "no group needed aligning"
+    same = decoder(target(family), target(family), scheduler, window=4, num_draft_tokens=4, realign=realign)
     assert same.generate(ps, max_new_tokens=40, batch_size=3, eos_token_id=[]).stats["acceptance_rate"] == 1.0

@@ -2,6 +2,8 @@
 
 The target has a tiny vocabulary, so the exact joint probability of the first generated tokens is a product
 of target forwards over every prefix. Thousands of identical prompts in one batch are independent samples.
+The speculative cases run under EQSPEC and EXSPEC; EXSPEC steps two thirds of its pool at a time, so a step's
+rows are whichever lengths its scheduler grouped (equal at first, then mixed), not a fixed batch.
 """
 
 import math
@@ -12,7 +14,8 @@ from transformers.generation.logits_process import (TemperatureLogitsWarper, Top
                                                     TopPLogitsWarper)
 
 from conftest import backend_params
-from specdec import SpeculativeDecoder, processed_probs
+from engine_models import SPEC_SCHEDULERS, decoder
+from specdec import processed_probs
 from specdec.models import tiny_model
 from specdec.ngram import NgramDrafter
 
@@ -71,27 +74,31 @@ def _chi2_sf(stat: float, dof: int) -> float:
         return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-# id, K, scheduler, temperature, top_k, top_p, depth, samples, seed
+# id, K, drafter, temperature, top_k, top_p, depth, samples, seed
 DIST_CASES = [
-    ("k1-bonus-path-t1", 1, "eqspec", 1.0, 0, 1.0, 3, 12000, 1),
-    ("k2-temp0.7-topk5", 2, "eqspec", 0.7, 5, 1.0, 3, 12000, 2),
-    ("k3-temp1.3-topp0.8", 3, "eqspec", 1.3, 0, 0.8, 3, 12000, 3),
-    ("k4-first-two", 4, "eqspec", 1.0, 0, 1.0, 2, 8000, 4),
-    ("autoregressive", 1, "autoregressive", 0.9, 6, 0.95, 2, 8000, 5),
+    ("k1-bonus-path-t1", 1, "model", 1.0, 0, 1.0, 3, 12000, 1),
+    ("k2-temp0.7-topk5", 2, "model", 0.7, 5, 1.0, 3, 12000, 2),
+    ("k3-temp1.3-topp0.8", 3, "model", 1.3, 0, 0.8, 3, 12000, 3),
+    ("k4-first-two", 4, "model", 1.0, 0, 1.0, 2, 8000, 4),
+    ("autoregressive", 1, None, 0.9, 6, 0.95, 2, 8000, 5),
     ("prompt-lookup-k3", 3, "lookup", 1.0, 0, 1.0, 3, 12000, 6),
     ("prompt-lookup-k2-topk4", 2, "lookup", 0.8, 4, 1.0, 3, 12000, 7),
 ]
 
 
-@pytest.mark.parametrize("k,scheduler,temperature,top_k,top_p,depth,n,seed",
-                         [pytest.param(*c[1:], id=c[0]) for c in DIST_CASES])
-def test_joint_distribution_matches_target(k, scheduler, temperature, top_k, top_p, depth, n, seed):
+def _dist_params():
+    for case_id, k, drafter, *rest in DIST_CASES:
+        for scheduler in SPEC_SCHEDULERS if drafter else ("autoregressive",):
+            yield pytest.param(k, drafter, *rest, scheduler, id=case_id if not drafter else f"{case_id}-{scheduler}")
+
+
+@pytest.mark.parametrize("k,drafter,temperature,top_k,top_p,depth,n,seed,scheduler", list(_dist_params()))
+def test_joint_distribution_matches_target(k, drafter, temperature, top_k, top_p, depth, n, seed, scheduler):
     target, draft = small_target(), small_draft()
-    drafter = {"eqspec": draft, "lookup": NgramDrafter(), "autoregressive": None}[scheduler]
-    dec = SpeculativeDecoder(target, drafter, num_draft_tokens=k,
-                             scheduler="autoregressive" if scheduler == "autoregressive" else "eqspec")
-    res = dec.generate([PROMPT] * n, max_new_tokens=depth, batch_size=n, eos_token_id=[], do_sample=True,
-                       temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    drafter = {"model": draft, "lookup": NgramDrafter(), None: None}[drafter]
+    dec = decoder(target, drafter, scheduler, window=n, num_draft_tokens=k)
+    res = dec.generate([PROMPT] * n, max_new_tokens=depth, batch_size=2 * n // 3 if scheduler == "exspec" else n,
+                       eos_token_id=[], do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     counts: dict = {}
     for s in res.sequences:
         assert len(s) == depth
@@ -105,23 +112,25 @@ def test_joint_distribution_matches_target(k, scheduler, temperature, top_k, top
         assert hist[0] > 0 and hist[k] > 0, "both rejections and full acceptances must occur"
 
 
-def _sample_run(backend, seed, k=3):
-    dec = SpeculativeDecoder(small_target(), small_draft(), num_draft_tokens=k, backend=backend)
+def _sample_run(backend, seed, k=3, scheduler="eqspec"):
+    dec = decoder(small_target(), small_draft(), scheduler, window=3, num_draft_tokens=k, backend=backend)
     ps = [PROMPT, [1], [5, 2, 6, 7, 0, 1], [2, 2]]
     return dec.generate(ps, max_new_tokens=12, batch_size=3, eos_token_id=[0], do_sample=True, temperature=0.8,
                         top_k=6, top_p=0.9, seed=seed).sequences
 
 
-def test_same_seed_same_output_different_seed_different_output():
-    a, b, c = _sample_run("torch", 7), _sample_run("torch", 7), _sample_run("torch", 8)
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
+def test_same_seed_same_output_different_seed_different_output(scheduler):
+    a, b, c = (_sample_run("torch", seed, scheduler=scheduler) for seed in (7, 7, 8))
     assert a == b
     assert a != c
 
 
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
 @pytest.mark.parametrize("backend", backend_params())
-def test_sampling_is_the_same_on_every_backend(backend):
+def test_sampling_is_the_same_on_every_backend(backend, scheduler):
     # The noise comes from one generator in a fixed order and every backend applies the same rule to it.
-    assert _sample_run(backend, 9) == _sample_run("torch", 9)
+    assert _sample_run(backend, 9, scheduler=scheduler) == _sample_run("torch", 9, scheduler=scheduler)
 
 
 WARPER_CASES = [
