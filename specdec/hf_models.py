@@ -92,13 +92,14 @@ def prepare_smollm2(cache_dir: str | os.PathLike | None = None) -> pathlib.Path:
         AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(work)
         del model
         (work / _STAMP).write_text(json.dumps(source))
-        if target.exists():
-            shutil.rmtree(target)  # a stale or unfinished earlier conversion
-        try:
-            work.rename(target)
-        except OSError:
-            if _stamp(target) != source:  # not a concurrent conversion that won the race
-                raise
+        if _stamp(target) != source:  # else a concurrent conversion finished first: keep its folder
+            if target.exists():
+                shutil.rmtree(target)  # a stale or unfinished earlier conversion
+            try:
+                work.rename(target)
+            except OSError:
+                if _stamp(target) != source:
+                    raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return target
