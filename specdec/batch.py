@@ -8,6 +8,13 @@ the token in column c of row b has position c - (length - seq_len[b]).
 After a step in which row b keeps only some of the columns it just wrote, `drop_and_align` discards each
 row's rejected tail and shifts the row right so that all rows end at the same column again: one
 `sk.shift_rows_` call for the whole KV slab, one for the mask.
+
+With realign="mask" nothing moves after a step: rejected columns stay where they are as holes (mask 0), and
+positions stay right because they count real tokens (seq_len), not columns. A row then holds seq_len[b] real
+tokens somewhere in [length - seq_len[b] - holes, length), still ending at `length`, so new tokens are still
+written at one common column. Holes cost attention work (every query reads every column of the window), so
+they are squeezed out with `sk.compact_rows_` (see `compact`) when they make up compact_threshold of the
+window, or when the buffer would otherwise have to grow.
 """
 
 from __future__ import annotations
@@ -27,8 +34,36 @@ from .models import max_positions
 #   "paper": a Python loop over rows and layers that builds each shifted row anew with torch.cat, as the
 #            reference paper's implementation does (the ablation's baseline);
 #   "mask":  no data moves: dropped columns become holes in the mask (positions stay right because they
-#            count real tokens), compacted with sk.compact_rows_ once that would cut the window by a third.
+#            count real tokens), compacted with sk.compact_rows_ now and then (COMPACT_THRESHOLD).
 REALIGN_MODES = ("shift", "mask", "paper")
+
+# realign="mask" compacts once the columns compaction would cut (the window minus its longest row) reach this
+# share f of the window. One compaction moves each row once, as one shift step does, but holes pile up at only
+# a column or two per step, so it comes about every f * window / 1.5 steps and the moving cost per step stops
+# growing with the length. The price is attention over hole columns, up to f of the window. 0.1 is the measured
+# balance. `OMP_NUM_THREADS=1 python bench/realign_mask.py --thresholds 0.05 0.1 0.25 --repeat 3 --clock cpu`
+# (demo pair, 24 shipped prompts, batch 8, K=4, 256 new tokens, greedy, 1 thread, CPU-time clock, best of 3):
+#                       shift   f=0.05   f=0.1   f=0.25
+#   compactions             0       58      30       11    target and draft caches together
+#   columns attended    297.2    303.7   311.0    346.2
+#   realign s, cpp      0.402    0.123   0.097    0.081
+#   total s, cpp        10.49    10.46   10.39    10.73
+#   realign s, torch    7.866    1.032   0.593    0.332
+#   total s, torch      18.08    11.40   10.87    10.81
+# 0.05 and 0.1 tie on cpp; torch's dearer compactions (15 ms each against 0.9 ms) tip it to 0.1. Above 0.1
+# the hole columns cost more attention (about 0.03 ms per column per verify forward) than compaction saves:
+# at 0.25 mask is slower than shift on cpp. ("columns attended": mean window of a target forward.)
+COMPACT_THRESHOLD = 0.1
+
+
+def check_compact_threshold(value) -> float:
+    """None -> COMPACT_THRESHOLD; else a number > 0 (a share of the window; 1 or more: compact only where the
+    buffer would otherwise grow)."""
+    if value is None:
+        return COMPACT_THRESHOLD
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"compact_threshold must be a number > 0, got {value!r}")
+    return float(value)
 
 
 def _round_up_pow2(n: int) -> int:
@@ -36,9 +71,14 @@ def _round_up_pow2(n: int) -> int:
 
 
 class RaggedKV:
-    def __init__(self, model, batch: int, capacity: int, backend: str | None = None, realign: str = "shift"):
+    def __init__(self, model, batch: int, capacity: int, backend: str | None = None, realign: str = "shift",
+                 compact_threshold: float | None = None):
         if realign not in REALIGN_MODES:
             raise ValueError(f"realign must be one of {REALIGN_MODES}, got {realign!r}")
+        self.compact_threshold = check_compact_threshold(compact_threshold)
+        self.compactions = 0  # realign="mask": how many times compact() ran
+        self._written = 0  # columns written since the last drop_and_align: what the next step will need
+        self._arange = torch.arange(0)
         self.model = model
         self.backend = backend
         self.realign = realign
@@ -77,6 +117,14 @@ class RaggedKV:
         need_start = max(0, left_room - live)  # a prompt longer than the live window pushes everyone right
         if self.start >= need_start and self.length + n <= self.cache.capacity:
             return
+        if self.realign == "mask" and need_start + live + n > self.cache.capacity and self._waste() > 0:
+            # Holes must not make the buffer grow. drop_and_align usually compacts before it comes to this
+            # (within the realign phase); here for what it cannot foresee, such as a long prompt refilled.
+            self.compact()
+            live = self.length - self.start
+            need_start = max(0, left_room - live)
+            if self.start >= need_start and self.length + n <= self.cache.capacity:
+                return
         capacity = self.cache.capacity
         while need_start + live + n > capacity:
             capacity *= 2
@@ -129,17 +177,20 @@ class RaggedKV:
             self.cache.pending = 0
         self.cache.length += n
         self.seq_len += counts[:, -1]
+        self._written += n
         return out.logits
 
     # ------------------------------------------------------------------------------------------ realign
     def drop_and_align(self, drop: torch.Tensor) -> torch.Tensor:
         """Row b discards its last drop[b] columns; rows shift right by drop[b] - min(drop) so they end at
-        the same column again. Returns the shifts."""
+        the same column again. Returns drop - min(drop): the shifts (realign="mask" leaves that many holes
+        at the end of each row instead, and moves nothing until it compacts)."""
+        if self.realign == "mask":
+            return self._drop_as_holes(drop)
+        self._written = 0
         dmin = int(drop.min()) if self.batch else 0
         shifts = drop - dmin
-        if self.realign == "mask":
-            self._drop_as_holes(drop, dmin)
-        elif self.batch and bool((shifts != 0).any()):
+        if self.batch and bool((shifts != 0).any()):
             if self.realign == "paper":
                 self._shift_rows_loop(shifts)
             else:
@@ -150,17 +201,53 @@ class RaggedKV:
         self._tighten()
         return shifts
 
-    def _drop_as_holes(self, drop: torch.Tensor, dmin: int) -> None:
-        width = int(drop.max()) - dmin
-        if width:
-            tail = self.mask[:, self.length - dmin - width:self.length - dmin]
-            tail &= torch.arange(width, device=self.device)[None, :] < (width - (drop - dmin))[:, None]
-        live = self.length - dmin - self.start
-        longest = int(self.mask[:, self.start:self.length - dmin].sum(dim=1).max())
-        if live - longest >= max(16, longest // 2):  # compaction shortens the window by a third or more
-            keep = self.mask[:, self.start:self.length - dmin].clone()
-            sk.compact_rows_(self.cache.live(self.length - dmin), keep, dim=-2, backend=self.backend)
-            sk.compact_rows_(self.mask[:, self.start:self.length - dmin], keep, dim=-1, backend=self.backend)
+    def _drop_as_holes(self, drop: torch.Tensor) -> torch.Tensor:
+        # This runs every step, so it is kept to a handful of small tensor ops: the drops come to the host
+        # once (B ints), and there is no _tighten: in a decoding step every row keeps at least one column it
+        # wrote, so the first column cannot change (and should a caller drop more, the all-padding columns
+        # left at the front only count as waste until the next compaction).
+        d = drop.tolist()
+        dmin, dmax = (min(d), max(d)) if d else (0, 0)
+        end = self.length - dmin
+        if dmax > dmin:
+            # tail column j is column end - (dmax - dmin) + j; row b keeps it iff it is before length - drop[b]
+            tail = self.mask[:, self.length - dmax:end]
+            tail &= self._columns(dmax - dmin)[None, :] < (dmax - drop)[:, None]
+        self.cache.length = end
+        self.seq_len -= drop
+        written, self._written = self._written, 0
+        waste = self._waste()
+        # Compact at the threshold, or now (in the realign phase) when the next step's columns would not fit
+        # even with the window moved to the front of the buffer, so that holes never make it grow.
+        if waste > 0 and (waste >= self.compact_threshold * (self.length - self.start)
+                          or self.length - self.start + written > self.cache.capacity):
+            self.compact()
+        return drop - dmin
+
+    def _columns(self, n: int) -> torch.Tensor:
+        if self._arange.shape[0] < n:
+            self._arange = torch.arange(max(n, 64), device=self.device)
+        return self._arange[:n]
+
+    def _waste(self) -> int:
+        """Columns of the window that compaction would cut: the window minus its longest row."""
+        if not self.batch or self.length <= self.start:
+            return 0
+        return self.length - self.start - int(self.seq_len.max())
+
+    def compact(self) -> None:
+        """Squeeze out the holes: each row's real columns move, in order, to the end of the window (one
+        sk.compact_rows_ call for the whole slab), leaving every row right-aligned with no holes, exactly as
+        realign="shift" would have it; the window then starts at the longest row."""
+        if not self.batch or self.length <= self.start:
+            return
+        live = self.length - self.start
+        window = self.mask[:, self.start:self.length]
+        sk.compact_rows_(self.cache.live(), window, dim=-2, backend=self.backend)
+        # The mask compacts to right-aligned runs of seq_len[b]: write that instead of moving it.
+        window.copy_(self._columns(live)[None, :] >= (live - self.seq_len)[:, None])
+        self.cache.start = self.length - int(self.seq_len.max())
+        self.compactions += 1
 
     def _shift_rows_loop(self, shifts: torch.Tensor) -> None:
         slab, lo, hi = self.cache.slab, self.start, self.length
@@ -200,7 +287,8 @@ class RaggedKV:
 
     @classmethod
     def prefill(cls, model, prompts: Sequence[Sequence[int]], extra: int, backend: str | None = None,
-                logits_to_keep: int = 1, realign: str = "shift") -> tuple["RaggedKV", torch.Tensor]:
+                logits_to_keep: int = 1, realign: str = "shift",
+                compact_threshold: float | None = None) -> tuple["RaggedKV", torch.Tensor]:
         """A new right-aligned batch holding `prompts`, with room for `extra` more columns; also returns the
         logits of the last column(s)."""
         device = next(model.parameters()).device
@@ -211,6 +299,7 @@ class RaggedKV:
             if len(p):
                 ids[b, width - len(p):] = torch.as_tensor(list(p), dtype=torch.int64)
                 new_mask[b, width - len(p):] = True
-        state = cls(model, len(prompts), _round_up_pow2(width + extra), backend, realign)
+        state = cls(model, len(prompts), _round_up_pow2(width + extra), backend, realign, compact_threshold)
         logits = state.forward(ids.to(device), new_mask.to(device), logits_to_keep=logits_to_keep)
+        state._written = 0  # the prompt is not what a step writes
         return state, logits
