@@ -24,7 +24,7 @@ import torch
 import specdec_kernels as sk
 
 from .batch import REALIGN_MODES, RaggedKV, check_compact_threshold
-from .drafters import Drafter, ModelDrafter, PoolDrafter
+from .drafters import Drafter, ModelDrafter, PoolDrafter, Proposal
 from .sampling import SamplingConfig, greedy, sample
 from .timing import PhaseTimer
 from .validation import check_models, encode_prompts, eos_ids
@@ -103,6 +103,18 @@ class SpeculativeDecoder:
         return result
 
 
+def narrow(proposal: Proposal) -> Proposal:
+    """Verify only as many draft slots as the longest row proposes: a drafter that often proposes fewer than K
+    (the n-gram drafter finds no match) would otherwise pay for a K+1-token target forward every step."""
+    if proposal.num_draft is None or proposal.tokens.shape[1] == 0:
+        return proposal
+    width = int(proposal.num_draft.max())
+    if width == proposal.tokens.shape[1]:
+        return proposal
+    probs = proposal.probs[:, :width] if proposal.probs is not None else None
+    return Proposal(proposal.tokens[:, :width], probs, proposal.num_draft)
+
+
 class _Run:
     """The state of one generate() call."""
 
@@ -160,7 +172,7 @@ class _Run:
     def speculate(self):
         """draft, verify, sample on the current batch: (proposal, tokens [B, K+1], accepted [B])."""
         with self.timer.phase("draft"):
-            proposal = self.dec.drafter.propose(self.k, self.sampling, self.generator)
+            proposal = narrow(self.dec.drafter.propose(self.k, self.sampling, self.generator))
         with self.timer.phase("verify"):
             logits = self.verify(proposal.tokens)
         with self.timer.phase("sample"):
@@ -178,8 +190,8 @@ class _Run:
                                    generator=self.generator, backend=self.backend)
 
     def realign(self, tokens: torch.Tensor, accepted: torch.Tensor, num_draft) -> None:
-        # The target wrote K+1 columns (last, d_1..d_K) and keeps a_b + 1 of them.
-        self.target.drop_and_align(self.k - accepted)
+        # The target wrote w+1 columns (last, d_1..d_w; w = K unless narrowed) and keeps a_b + 1 of them.
+        self.target.drop_and_align(tokens.shape[1] - 1 - accepted)
         self.dec.drafter.accept(tokens, accepted)
         self.last = tokens.gather(1, accepted[:, None]).squeeze(1)
 

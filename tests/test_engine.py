@@ -176,12 +176,19 @@ def test_ngram_drafter_ragged_num_draft(scheduler):
     g = torch.Generator().manual_seed(1)
     ps = [torch.randint(0, 16, (n,), generator=g).tolist() for n in (3, 1, 20, 9, 5)]
     want = [model.generate(torch.tensor([p]), do_sample=False, max_new_tokens=48)[0, len(p):].tolist() for p in ps]
-    res = decoder(model, NgramDrafter(), scheduler, window=4, num_draft_tokens=4).generate(
-        ps, max_new_tokens=48, batch_size=3, eos_token_id=[])
+    widths = []  # query widths of the target's forwards: verification is narrowed to the longest proposal
+    hook = model.register_forward_pre_hook(lambda m, args, kwargs: widths.append(kwargs["input_ids"].shape[1]),
+                                           with_kwargs=True)
+    try:
+        res = decoder(model, NgramDrafter(), scheduler, window=4, num_draft_tokens=4).generate(
+            ps, max_new_tokens=48, batch_size=3, eos_token_id=[])
+    finally:
+        hook.remove()
     assert res.sequences == want
     hist = res.stats["accept_histogram"]
     assert hist[0] > 0 and hist[4] > 0 and res.stats["ragged_steps"] > 0
     assert res.stats["drafted"] < 4 * sum(hist), "some rows must have proposed fewer than K drafts"
+    assert 5 in widths and any(1 < w < 5 for w in widths), sorted(set(widths))
 
 
 @pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
