@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .outputs import new_int64
 from .triton_utils import next_pow2, row_blocks
 
 _BIG = tl.constexpr(2147483647)  # index sentinel, above any vocabulary index
@@ -51,7 +52,7 @@ def _accept_lengths_kernel(matches_ptr, num_draft_ptr, out_ptr, K, s_mb, s_mk,
 def accept_lengths(matches: torch.Tensor, num_draft: torch.Tensor | None = None) -> torch.Tensor:
     """matches bool[B, K], num_draft int64[B] or None -> int64[B]: leading True count, capped at num_draft."""
     batch, k = matches.shape
-    out = torch.empty(batch, dtype=torch.int64, device=matches.device)
+    out = new_int64(batch, device=matches.device)
     if batch == 0:
         return out
     m = matches.view(torch.int8)
@@ -105,8 +106,7 @@ def verify_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor,
     batch, k = draft_tokens.shape
     vocab = target_logits.shape[2]
     dev = target_logits.device
-    tokens = torch.empty(batch, k + 1, dtype=torch.int64, device=dev)
-    accepted = torch.empty(batch, dtype=torch.int64, device=dev)
+    tokens, accepted = new_int64(batch, k + 1, device=dev), new_int64(batch, device=dev)
     if batch == 0:
         return tokens, accepted
     kp = next_pow2(k + 1)
@@ -197,8 +197,7 @@ def rejection_sample(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | Non
     batch, k = draft_tokens.shape
     vocab = target_probs.shape[2]
     dev = target_probs.device
-    tokens = torch.empty(batch, k + 1, dtype=torch.int64, device=dev)
-    accepted = torch.empty(batch, dtype=torch.int64, device=dev)
+    tokens, accepted = new_int64(batch, k + 1, device=dev), new_int64(batch, device=dev)
     if batch == 0:
         return tokens, accepted
     block, warps = row_blocks(1, vocab, arrays=4)
