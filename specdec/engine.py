@@ -145,11 +145,17 @@ class _Run:
         self.timer.start()
         if self.prompts and self.max_new > 0:
             with self.timer.phase("schedule"):
-                self.admit_first_batch()
+                self.open()
                 self.settle()
-            while self.rows:
+            while self.has_work():
                 self.step()
         self.timer.stop()
+
+    def open(self) -> None:
+        self.admit_first_batch()
+
+    def has_work(self) -> bool:
+        return bool(self.rows)
 
     def step(self) -> None:
         self.steps += 1

@@ -141,17 +141,11 @@ class ExspecRun(_Run):
         self.groups = self.equal_groups = self.group_rows = 0
         self.padded_columns = self.gathered_columns = 0
 
-    def run(self) -> None:
-        self.timer.start()
-        if self.prompts and self.max_new > 0:
-            with self.timer.phase("schedule"):
-                self.open_pool()
-                self.settle()
-            while any(p is not None for p in self.rows):
-                self.step()
-        self.timer.stop()
+    def has_work(self) -> bool:
+        return any(p is not None for p in self.rows)
 
-    def open_pool(self) -> None:
+    def open(self) -> None:
+        """The pool replaces EQSPEC's first batch: every sequence gets a slot of its own."""
         room = self.k + 1
         extra = self.max_new + room
         self.pool = SlotPool(self.dec.target, self.window, extra, room, self.backend, self.dec.realign)
