@@ -46,7 +46,10 @@ class NgramIndex:
 class NgramDrafter:
     """Drafter and PoolDrafter protocols (see drafters.py) over one NgramIndex per row (per slot in a pool)."""
 
-    def __init__(self, max_n: int = 3, min_n: int = 1):
+    # min_n=2: a lone matching token predicts little, and every wrong proposal widens the verify forward.
+    # SmolLM2-135M, 8 shipped prompts, batch 4, K=4, 1 thread: min_n=1 accepted 17% of 406 drafts at 0.94x
+    # plain decoding; min_n=2 accepted 29% of 128 at 1.06x.
+    def __init__(self, max_n: int = 3, min_n: int = 2):
         if not 1 <= min_n <= max_n:
             raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
         self.max_n, self.min_n = max_n, min_n
