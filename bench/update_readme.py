@@ -1,8 +1,8 @@
 """Put measured tables into README.md between their markers, from the JSON the measuring commands wrote.
 
-    python bench/compare_ops.py --threads 1 --json results/ops_cpu.json
-    python -m specdec demo --json results/demo.json
-    python -m specdec ablate --quick --json results/ablation.json --plot docs/ablation.png
+    python bench/compare_ops.py --threads 1 --json docs/ops_cpu.json
+    python -m specdec demo --json docs/demo.json
+    python -m specdec ablate --quick --json docs/ablation.json --plot docs/ablation.png
     python bench/update_readme.py
 A table whose JSON is missing is left as it is.
 """
@@ -31,19 +31,23 @@ def demo_table(path):
 
 
 def ablation_table(path):
-    from specdec.report import format_runs, run_summary
     data = json.load(open(path))
-    rows = []
+    lines = ["| batch | scheduler | kernels | realign | tokens/s | realign ms | realign % of time | "
+             "realign % of overhead | group rate | exact |", "|---:|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in data["runs"]:
-        name = f"B={r['batch_size']} {r['scheduler']} {r['backend']}/{r['realign']}"
-        stats = {"tokens_per_s": r["tokens_per_s"], "phase_seconds": r["phase_seconds"],
-                 "acceptance_rate": r["acceptance_rate"], "mean_accepted_length": r.get("mean_accepted_length", 0)}
-        rows.append(run_summary(name, stats, data["machine"]["threads"], exact=r["equivalence"]))
-    return format_runs(rows) + f"\n\n({data['machine']['threads']} thread, {data['config']})"
+        total = sum(r["phase_seconds"].values())
+        group = f"{r['group_rate']:.2f}" if r.get("group_rate") is not None else "-"
+        lines.append(f"| {r['batch_size']} | {r['scheduler']} | {r['backend']} | {r['realign']} | "
+                     f"{r['tokens_per_s']:.0f} | {1e3 * r['phase_seconds']['realign']:.0f} | "
+                     f"{100 * r['phase_seconds']['realign'] / total:.1f} | "
+                     f"{100 * r.get('realign_share_of_overhead', 0):.0f} | {group} | {r['equivalence']:.0%} |")
+    m, c = data["machine"], data["config"]
+    return "\n".join(lines) + (f"\n\n({m['threads']} thread, {m['device']}; {c['prompts']} prompts, "
+                               f"{c['max_new_tokens']} new tokens, K={c['num_draft_tokens']}; {c['models']})")
 
 
-SECTIONS = {"ops-table": ("results/ops_cpu.json", ops_table), "demo-table": ("results/demo.json", demo_table),
-            "ablation-table": ("results/ablation.json", ablation_table)}
+SECTIONS = {"ops-table": ("docs/ops_cpu.json", ops_table), "demo-table": ("docs/demo.json", demo_table),
+            "ablation-table": ("docs/ablation.json", ablation_table)}
 
 
 def main():

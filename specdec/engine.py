@@ -239,26 +239,31 @@ class _Run:
         take = [self.waiting.pop() for _ in range(min(self.batch_size, len(self.waiting)))]
         prompts = [self.prompts[i] for i in take]
         extra = self.max_new + 2 * (self.k + 1)
-        self.target, logits = RaggedKV.prefill(self.dec.target, prompts, extra, self.backend,
-                                               realign=self.dec.realign, compact_threshold=self.dec.compact_threshold)
+        with self.timer.within("prefill"):
+            self.target, logits = RaggedKV.prefill(self.dec.target, prompts, extra, self.backend,
+                                                   realign=self.dec.realign,
+                                                   compact_threshold=self.dec.compact_threshold)
         self.last = self.first_tokens(logits)
         self.rows = take
         self.finished = [False] * len(take)
         if self.dec.drafter is not None:
-            self.dec.drafter.begin(prompts, self.last, extra_capacity=extra)
+            with self.timer.within("prefill"):
+                self.dec.drafter.begin(prompts, self.last, extra_capacity=extra)
         for row, t in enumerate(self.last.tolist()):
             self.emit(row, [t])
 
     def refill(self, rows: list[int]) -> None:
         take = [self.waiting.pop() for _ in rows]
         prompts = [self.prompts[i] for i in take]
-        src, logits = RaggedKV.prefill(self.dec.target, prompts, 0, self.backend, realign=self.dec.realign)
+        with self.timer.within("prefill"):
+            src, logits = RaggedKV.prefill(self.dec.target, prompts, 0, self.backend, realign=self.dec.realign)
         first = self.first_tokens(logits)
         index = torch.tensor(rows, dtype=torch.int64, device=self.device)
         self.target.place(index, src)
         self.last[index] = first
         if self.dec.drafter is not None:
-            self.dec.drafter.refill(index, prompts, first)
+            with self.timer.within("prefill"):
+                self.dec.drafter.refill(index, prompts, first)
         for row, prompt_index, t in zip(rows, take, first.tolist()):
             self.rows[row] = prompt_index
             self.finished[row] = False
@@ -307,6 +312,9 @@ class _Run:
             "tokens_per_s": new_tokens / total if total > 0 else 0.0,
             "total_seconds": total,
             "phase_seconds": phases,
+            # model forwards over new prompts (target and draft), inside "schedule": the engine's own overhead is
+            # total - draft - verify - prefill
+            "prefill_seconds": self.timer.inner.get("prefill", 0.0),
             "scheduler": self.dec.scheduler,
             "num_draft_tokens": self.k if self.dec.drafter is not None else 0,
             "backend": self.backend or sk.get_backend(),

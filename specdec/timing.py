@@ -24,6 +24,7 @@ class PhaseTimer:
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self._t0: float | None = None
         self.total = 0.0
+        self.inner: dict[str, float] = {}  # time of named work inside phases (e.g. prefill inside schedule)
 
     def _wait(self) -> None:
         if self.sync and self._device.type == "cuda":
@@ -50,6 +51,17 @@ class PhaseTimer:
         finally:
             self._wait()
             self.seconds[name] += time.perf_counter() - t
+
+    @contextlib.contextmanager
+    def within(self, name: str) -> Iterator[None]:
+        """Account a piece of work inside the current phase under its own name too; phases are unchanged."""
+        self._wait()
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._wait()
+            self.inner[name] = self.inner.get(name, 0.0) + time.perf_counter() - t
 
     def report(self) -> dict[str, float]:
         """Seconds per phase; "other" is whatever the named phases did not cover, so the phases add up to
