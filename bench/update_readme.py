@@ -46,8 +46,28 @@ def ablation_table(path):
                                f"{c['max_new_tokens']} new tokens, K={c['num_draft_tokens']}; {c['models']})")
 
 
+def real_demo_table(path):
+    from specdec.report import format_runs
+    data = json.load(open(path))
+    rows = data["rows"]
+    for r in rows:
+        r["run"] = f"{r['run']} ({r['speedup']:.2f}x)"
+    return f"```\n{data['header']}\n```\n\n" + format_runs(rows)
+
+
+def engine_phases_table(path):
+    data = json.load(open(path))
+    lines = ["| kernels | realign | tokens/s | realign s | realign % | engine overhead % |", "|---|---|---:|---:|---:|---:|"]
+    for r in data["rows"]:
+        lines.append(f"| {r['backend']} | {r['realign']} | {r['tokens_per_s']:.0f} | {r['realign']:.3f} | "
+                     f"{100 * r['realign_share']:.1f} | {100 * r['overhead_share']:.1f} |")
+    return "\n".join(lines) + f"\n\n({data['threads']} thread)"
+
+
 SECTIONS = {"ops-table": ("docs/ops_cpu.json", ops_table), "demo-table": ("docs/demo.json", demo_table),
-            "ablation-table": ("docs/ablation.json", ablation_table)}
+            "ablation-table": ("docs/ablation.json", ablation_table),
+            "real-demo-table": ("docs/real_demo.json", real_demo_table),
+            "engine-phases-table": ("docs/engine_phases.json", engine_phases_table)}
 
 
 def main():

@@ -34,19 +34,21 @@ CASES = [
 ]
 
 
-def _run(family, kind, batch_size, k, lengths, max_new, seed, backend="torch", eos=None, scheduler="eqspec"):
+def _run(family, kind, batch_size, k, lengths, max_new, seed, backend="torch", eos=None, scheduler="eqspec",
+         realign="shift"):
     ps = prompts(lengths, seed)
     dec = decoder(target(family), draft(family, kind), scheduler, window=2 * batch_size, num_draft_tokens=k,
-                  backend=backend)
+                  backend=backend, realign=realign)
     res = dec.generate(ps, max_new_tokens=max_new, batch_size=batch_size, eos_token_id=[] if eos is None else eos)
     return ps, res
 
 
+@pytest.mark.parametrize("realign", ["shift", "mask"])
 @pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
 @pytest.mark.parametrize("family,kind,batch_size,k,lengths,max_new,seed",
                          [pytest.param(*c[1:], id=c[0]) for c in CASES])
-def test_greedy_equals_target_generate(family, kind, batch_size, k, lengths, max_new, seed, scheduler):
-    ps, res = _run(family, kind, batch_size, k, lengths, max_new, seed, scheduler=scheduler)
+def test_greedy_equals_target_generate(family, kind, batch_size, k, lengths, max_new, seed, scheduler, realign):
+    ps, res = _run(family, kind, batch_size, k, lengths, max_new, seed, scheduler=scheduler, realign=realign)
     assert res.sequences == reference(family, ps, max_new)
     stats = res.stats
     assert stats["new_tokens"] == len(ps) * max_new
@@ -58,12 +60,14 @@ def test_greedy_equals_target_generate(family, kind, batch_size, k, lengths, max
             assert stats["ragged_steps"] > 0, "rows never accepted different lengths in one step"
 
 
+@pytest.mark.parametrize("realign", ["shift", "mask"])
 @pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
 @pytest.mark.parametrize("backend", backend_params())
-def test_greedy_every_backend(backend, scheduler):
+def test_greedy_every_backend(backend, scheduler, realign):
     # The interpreter makes triton slow on CPU: one mid-size ragged case with eviction for every backend.
     lengths = (9, 1, 30, 4, 17)
-    ps, res = _run("llama", "agree", 3, 4, lengths, 16, seed=12, backend=backend, scheduler=scheduler)
+    ps, res = _run("llama", "agree", 3, 4, lengths, 16, seed=12, backend=backend, scheduler=scheduler,
+                   realign=realign)
     assert res.sequences == reference("llama", ps, 16)
     assert res.stats["ragged_steps"] > 0
     assert res.stats["backend"] == backend
