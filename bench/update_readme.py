@@ -59,7 +59,7 @@ def engine_phases_table(path):
     data = json.load(open(path))
     lines = ["| kernels | realign | tokens/s | realign s | realign % | engine overhead % |", "|---|---|---:|---:|---:|---:|"]
     for r in data["rows"]:
-        lines.append(f"| {r['backend']} | {r['realign']} | {r['tokens_per_s']:.0f} | {r['realign']:.3f} | "
+        lines.append(f"| {r['backend']} | {r['realign']} | {r['tokens_per_s']:.0f} | {r['realign_s']:.3f} | "
                      f"{100 * r['realign_share']:.1f} | {100 * r['overhead_share']:.1f} |")
     return "\n".join(lines) + f"\n\n({data['threads']} thread)"
 
@@ -78,8 +78,8 @@ def main():
         if not os.path.exists(path):
             print(f"{rel} missing: {marker} left as it is")
             continue
-        pattern = re.compile(f"(<!-- {marker} -->\n).*?(\n<!-- /{marker} -->)", re.S)
-        text, n = pattern.subn(lambda m: m.group(1) + build(path) + m.group(2), text)
+        pattern = re.compile(f"(<!-- {marker} -->\n)(?:.*?\n)?(<!-- /{marker} -->)", re.S)
+        text, n = pattern.subn(lambda m: m.group(1) + build(path) + "\n" + m.group(2), text)
         print(f"{marker}: {'updated' if n else 'marker not found'}")
     open(readme_path, "w").write(text)
 

@@ -121,9 +121,13 @@ def plot_ablation(report: dict, path: str) -> None:
     shown = [r for r in runs if r["batch_size"] == biggest]
     labels = [f"{r['scheduler']}\n{r['backend']}/{r['realign']}" for r in shown]
     bottom = [0.0] * len(shown)
-    for phase in PHASES:
-        share = [r["phase_seconds"][phase] / max(sum(r["phase_seconds"].values()), 1e-12) for r in shown]
-        left.bar(range(len(shown)), share, bottom=bottom, label=phase)
+    # "schedule" is split into the prefill forwards of new prompts and the scheduling itself
+    parts = [(p, (lambda r, p=p: r["phase_seconds"][p])) for p in PHASES if p != "schedule"]
+    parts.insert(4, ("schedule: prefill", lambda r: r.get("prefill_seconds", 0.0)))
+    parts.insert(5, ("schedule: rest", lambda r: r["phase_seconds"]["schedule"] - r.get("prefill_seconds", 0.0)))
+    for label, seconds in parts:
+        share = [seconds(r) / max(sum(r["phase_seconds"].values()), 1e-12) for r in shown]
+        left.bar(range(len(shown)), share, bottom=bottom, label=label)
         bottom = [b + s for b, s in zip(bottom, share)]
     left.set_xticks(range(len(shown)), labels, fontsize=7)
     left.set_ylabel("share of wall time")
