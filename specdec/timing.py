@@ -41,27 +41,24 @@ class PhaseTimer:
             self._t0 = None
 
     @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
+    def _timed(self, table: dict[str, float], name: str) -> Iterator[None]:
+        self._wait()
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._wait()
+            table[name] = table.get(name, 0.0) + time.perf_counter() - t
+
+    def phase(self, name: str):
+        """Charge the block's time to phase `name`."""
         if name not in self.seconds:
             raise ValueError(f"unknown phase {name!r}; phases are {PHASES}")
-        self._wait()
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._wait()
-            self.seconds[name] += time.perf_counter() - t
+        return self._timed(self.seconds, name)
 
-    @contextlib.contextmanager
-    def within(self, name: str) -> Iterator[None]:
+    def within(self, name: str):
         """Account a piece of work inside the current phase under its own name too; phases are unchanged."""
-        self._wait()
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._wait()
-            self.inner[name] = self.inner.get(name, 0.0) + time.perf_counter() - t
+        return self._timed(self.inner, name)
 
     def report(self) -> dict[str, float]:
         """Seconds per phase; "other" is whatever the named phases did not cover, so the phases add up to
