@@ -84,7 +84,7 @@ class SlotPool:
         if buf is None or buf.shape[0] < rows or buf.shape[-2] < columns:
             shape = self.slab.shape
             have_rows, have_columns = (buf.shape[0], buf.shape[-2]) if buf is not None else (0, 0)
-            buf = self._buf = self.slab.new_empty(max(rows, have_rows), *shape[1:3],
+            buf = self._buf = self.slab.new_zeros(max(rows, have_rows), *shape[1:3],
                                                   max(_round_up_pow2(columns), have_columns), shape[-1])
         return buf[:rows, :, :, :columns]
 
@@ -104,14 +104,18 @@ class SlotPool:
         if any(pad):
             state.drop_and_align(torch.tensor(pad, dtype=torch.int64, device=state.device))
 
-    def scatter(self, slots: torch.Tensor, state: RaggedKV, base: int, keep: torch.Tensor) -> None:
-        """The step wrote `room` columns per row from column `base` of `state`; row b keeps its first keep[b]:
-        they become the end of its slot. All `room` are copied (one indexed write, no per-row lengths); the
-        ones past the kept count lie beyond the slot's length and are overwritten later."""
+    def scatter(self, slots: torch.Tensor, state: RaggedKV, base: int, keep: torch.Tensor,
+                width: int | None = None) -> None:
+        """The step wrote `width` (default and at most `room`) columns per row from column `base` of `state`; row b keeps its first
+        keep[b]: they become the end of its slot. All `width` are copied (one indexed write, no per-row
+        lengths); the ones past the kept count lie beyond the slot's length and are overwritten later. Never
+        more than `width`: columns the step did not write hold stale buffer memory, which could be NaN, and a
+        NaN key in a masked hole still poisons attention (0 * NaN)."""
+        width = self.room if width is None else width
         slot_list = slots.tolist()
         start = torch.tensor([self.lengths[s] for s in slot_list], dtype=torch.int64, device=slots.device)
-        cols = start[:, None] + torch.arange(self.room, device=slots.device)[None, :]
-        new = state.cache.slab[:, :, :, base:base + self.room]
+        cols = start[:, None] + torch.arange(width, device=slots.device)[None, :]
+        new = state.cache.slab[:, :, :, base:base + width]
         self.slab[slots[:, None], :, :, cols] = new.permute(0, 3, 1, 2, 4)
         for s, k in zip(slot_list, keep.tolist()):
             self.lengths[s] += k
@@ -169,7 +173,7 @@ class ExspecRun(_Run):
         base = self.target.length
         proposal, tokens, accepted = self.speculate()
         with self.timer.phase("schedule"):
-            self.pool.scatter(index, self.target, base, accepted + 1)
+            self.pool.scatter(index, self.target, base, accepted + 1, width=tokens.shape[1])
             drafter.accept(tokens, accepted)
             self.slot_last[index] = tokens.gather(1, accepted[:, None]).squeeze(1)
             self.target = None  # the step batch is a copy: the pool is the state

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine_models import draft, prompts, reference, target
-from specdec import RaggedKV, SpeculativeDecoder
+from specdec import NgramDrafter, RaggedKV, SpeculativeDecoder
 from specdec.exspec import ExspecRun, SlotPool
 
 
@@ -152,3 +152,28 @@ def test_exspec_needs_a_drafter_with_pool_hooks():
 def test_window_must_be_a_positive_int(window):
     with pytest.raises(ValueError, match="window"):
         _exspec(window=window)
+
+
+def test_narrowed_steps_never_copy_unwritten_columns(monkeypatch):
+    """A drafter proposing fewer than K narrows the verify forward; the pool must take back only the columns
+    the step wrote. The step buffer is poisoned with NaN, so copying one unwritten column into the pool would
+    put a NaN key into a masked hole, and 0 * NaN would surface as NaN logits (a ValueError from the checks)."""
+    from specdec.exspec import SlotPool
+    original = SlotPool._buffer
+
+    def poisoned(self, rows, columns):
+        fresh = self._buf is None or self._buf.shape[0] < rows or self._buf.shape[-2] < columns
+        out = original(self, rows, columns)
+        if fresh:
+            self._buf.fill_(float("nan"))
+        return out
+
+    monkeypatch.setattr(SlotPool, "_buffer", poisoned)
+    model = target("llama")
+    ps = prompts((2, 30, 7, 60, 11, 3, 45, 19, 5, 24, 8, 13, 36), seed=90)
+    for realign in ("mask", "shift"):
+        res = SpeculativeDecoder(model, NgramDrafter(max_n=3, min_n=1), num_draft_tokens=4, scheduler="exspec",
+                                 window=5, realign=realign).generate(ps, max_new_tokens=40, batch_size=3,
+                                                                     eos_token_id=[])
+        assert res.sequences == reference("llama", ps, 40)
+        assert res.stats["drafted"] < 4 * sum(res.stats["accept_histogram"]), "no step was narrowed"
