@@ -99,14 +99,18 @@ def _verify_greedy_kernel(draft_ptr, logits_ptr, num_draft_ptr, tokens_ptr, acce
     tl.store(accepted_ptr + b, a.to(tl.int64))
 
 
+def _row_outputs(draft_tokens: torch.Tensor, scores: torch.Tensor):
+    """B, K, V and the two outputs every sampling launcher fills: tokens int64[B, K+1], num_accepted int64[B]."""
+    batch, k = draft_tokens.shape
+    dev = scores.device
+    return batch, k, scores.shape[2], new_int64(batch, k + 1, device=dev), new_int64(batch, device=dev)
+
+
 def verify_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor,
                   num_draft: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """draft_tokens int64[B, K], target_logits float[B, K+1, V], num_draft int64[B] or None
     -> (tokens int64[B, K+1], num_accepted int64[B])."""
-    batch, k = draft_tokens.shape
-    vocab = target_logits.shape[2]
-    dev = target_logits.device
-    tokens, accepted = new_int64(batch, k + 1, device=dev), new_int64(batch, device=dev)
+    batch, k, vocab, tokens, accepted = _row_outputs(draft_tokens, target_logits)
     if batch == 0:
         return tokens, accepted
     kp = next_pow2(k + 1)
@@ -194,10 +198,7 @@ def rejection_sample(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | Non
     """draft_tokens int64[B, K], draft_probs float[B, K, V] or None, target_probs float[B, K+1, V],
     num_draft int64[B] or None, uniform float32[B, K], exponential float32[B, V]
     -> (tokens int64[B, K+1], num_accepted int64[B])."""
-    batch, k = draft_tokens.shape
-    vocab = target_probs.shape[2]
-    dev = target_probs.device
-    tokens, accepted = new_int64(batch, k + 1, device=dev), new_int64(batch, device=dev)
+    batch, k, vocab, tokens, accepted = _row_outputs(draft_tokens, target_probs)
     if batch == 0:
         return tokens, accepted
     block, warps = row_blocks(1, vocab, arrays=4)
