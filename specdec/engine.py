@@ -252,22 +252,30 @@ class _Run:
         for row, t in enumerate(self.last.tolist()):
             self.emit(row, [t])
 
-    def refill(self, rows: list[int]) -> None:
-        take = [self.waiting.pop() for _ in rows]
-        prompts = [self.prompts[i] for i in take]
+    def prefill_new(self, prompts) -> tuple[RaggedKV, torch.Tensor]:
+        """Prefill waiting prompts on their own: their right-aligned batch and each one's first token."""
         with self.timer.within("prefill"):
             src, logits = RaggedKV.prefill(self.dec.target, prompts, 0, self.backend, realign=self.dec.realign)
-        first = self.first_tokens(logits)
-        index = torch.tensor(rows, dtype=torch.int64, device=self.device)
-        self.target.place(index, src)
-        self.last[index] = first
+        return src, self.first_tokens(logits)
+
+    def start_rows(self, rows: list[int], take: list[int], first: torch.Tensor, prompts) -> None:
+        """Rows `rows` now decode prompts `take`: the drafter learns them and their first tokens are emitted."""
         if self.dec.drafter is not None:
             with self.timer.within("prefill"):
-                self.dec.drafter.refill(index, prompts, first)
+                self.dec.drafter.refill(torch.tensor(rows, dtype=torch.int64, device=self.device), prompts, first)
         for row, prompt_index, t in zip(rows, take, first.tolist()):
             self.rows[row] = prompt_index
             self.finished[row] = False
             self.emit(row, [t])
+
+    def refill(self, rows: list[int]) -> None:
+        take = [self.waiting.pop() for _ in rows]
+        prompts = [self.prompts[i] for i in take]
+        src, first = self.prefill_new(prompts)
+        index = torch.tensor(rows, dtype=torch.int64, device=self.device)
+        self.target.place(index, src)
+        self.last[index] = first
+        self.start_rows(rows, take, first, prompts)
 
     def evict(self, rows: list[int]) -> None:
         gone = set(rows)

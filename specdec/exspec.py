@@ -232,18 +232,11 @@ class ExspecRun(_Run):
         """Prefill prompts pairs[i][1] into free slots pairs[i][0] and emit their first tokens."""
         slots, take = [s for s, _ in pairs], [p for _, p in pairs]
         prompts = [self.prompts[i] for i in take]
-        with self.timer.within("prefill"):
-            src, logits = RaggedKV.prefill(self.dec.target, prompts, 0, self.backend, realign=self.dec.realign)
-        first = self.first_tokens(logits)
+        src, first = self.prefill_new(prompts)
         index = torch.tensor(slots, dtype=torch.int64, device=self.device)
         self.pool.admit(index, src)
         self.slot_last[index] = first
-        with self.timer.within("prefill"):
-            self.dec.drafter.refill(index, prompts, first)
-        for s, prompt_index, t in zip(slots, take, first.tolist()):
-            self.rows[s] = prompt_index
-            self.finished[s] = False
-            self.emit(s, [t])
+        self.start_rows(slots, take, first, prompts)
 
     def stats(self) -> dict:
         out = super().stats()
