@@ -1,0 +1,362 @@
+"""How much to speculate: before each step, the verify width and each row's draft count that maximise the step's
+expected new tokens per second, from online estimates of acceptance (per row and per draft feature) and of
+forward costs (timed on the machine itself).
+
+Why it is safe. The choice of widths uses only what is known before the target verifies the step: past outcomes,
+the timings of past forwards, and the drafter's own proposal (an n-gram match's length, a draft model's own
+probabilities for its drafts). Verification and sampling do not look at how the width was chosen, and any
+width is exact: greedy output is the target's argmax chain whatever is drafted, and rejection sampling is
+lossless for any draft count fixed before the target's verdict. A controller that peeked at the verdict (drafting
+more where the target agrees) would bias sampling; this one cannot, by construction: `plan` and `keep_drafting`
+run before the verify forward, and `record` only updates tables used by later steps.
+
+The model, in a few lines:
+    p[b, i]   = P(draft i of row b accepted | drafts 1..i-1 accepted)
+              = row_factor[b] * rate(feature of draft i), a Beta posterior mean, shrunk along
+                (feature, position) -> feature -> drafter -> 0.5 so that sparse keys borrow from their parents
+    E_b(k)    = 1 + sum_{i<=k} prod_{j<=i} p[b, j]      expected tokens row b emits with k drafts
+    cost(w)   = target(B * w) + draft forwards           seconds, learned per query-token count N = rows * columns
+    choose w  = argmax sum_b E_b(min(n_b, w - 1)) / cost(w);  w = 1 is a plain decoding step.
+Costs are indexed by N because on both this CPU (BLAS blocking at small M) and a GPU (tiles) a forward over B rows
+of w columns costs what one over B*w rows of 1 column does; measured: B=1,w=4 and B=4,w=1 both 93 ms for
+SmolLM2-135M here. So plain steps at batch 8 also teach the cost of width 2 at batch 4.
+
+Exploration: a width whose cost was never measured (or not for `refresh_steps` steps) is tried when even an
+optimistic cost (no dearer than the largest measured smaller N) would beat the best known choice, within a budget
+of `warmup_explore` steps plus `explore_share` of all steps. Draft-model costs start from a prior (a ratio of the
+target's cost from parameter counts) and are not explored optimistically: a draft as dear as the target can never
+pay (k drafts + a verify cost more than k + 1 plain steps), so the controller goes plain at once and stays there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Hashable, Sequence
+
+MIN_SECONDS = 1e-7
+
+
+class ForwardCosts:
+    """Seconds of one forward pass of a model, by the number of query tokens N it carries (rows x new columns).
+
+    Each measured N keeps its last three samples and answers their median, so one stall on a shared machine
+    does not swing a decision; samples older than `fresh` steps are dropped when a new one arrives, so a cost
+    that changed (longer contexts, another load on the machine) is believed at once when it is re-measured.
+    Unmeasured N are interpolated linearly between measured neighbours and extrapolated beyond the largest
+    measured N as cost(N_max) * (N / N_max) ** growth. `prior(N)` (seconds) answers when nothing is measured.
+    """
+
+    def __init__(self, prior=None, growth: float = 0.5, fresh: int = 64):
+        self.prior = prior
+        self.growth = growth
+        self.fresh = fresh
+        self.samples: dict[int, list[tuple[int, float]]] = {}
+        self.seconds: dict[int, float] = {}
+        self.last_seen: dict[int, int] = {}
+        self._sorted: list[int] = []
+
+    def observe(self, tokens: int, seconds: float, step: int = 0) -> None:
+        if tokens < 1 or not seconds > 0 or not math.isfinite(seconds):
+            return
+        kept = [(t, v) for t, v in self.samples.get(tokens, []) if step - t <= self.fresh][-2:]
+        kept.append((step, seconds))
+        self.samples[tokens] = kept
+        values = sorted(v for _, v in kept)
+        mid = len(values) // 2
+        self.seconds[tokens] = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        if tokens not in self.last_seen:
+            self._sorted = sorted(self.seconds)
+        self.last_seen[tokens] = step
+
+    def known(self, tokens: int) -> bool:
+        return tokens in self.seconds
+
+    def age(self, tokens: int, step: int) -> int | None:
+        seen = self.last_seen.get(tokens)
+        return None if seen is None else step - seen
+
+    def estimate(self, tokens: int) -> float | None:
+        """Best guess in seconds, or None when nothing (not even a prior) is known."""
+        if tokens in self.seconds:
+            return self.seconds[tokens]
+        known = self._sorted
+        if not known:
+            return self.prior(tokens) if self.prior is not None else None
+        lo = max((n for n in known if n < tokens), default=None)
+        hi = min((n for n in known if n > tokens), default=None)
+        if lo is not None and hi is not None:
+            t = (tokens - lo) / (hi - lo)
+            return self.seconds[lo] + t * (self.seconds[hi] - self.seconds[lo])
+        if lo is not None:
+            return self.seconds[lo] * (tokens / lo) ** self.growth
+        return self.seconds[hi]  # below every measured N: no cheaper than nothing, no dearer than the smallest
+
+    def optimistic(self, tokens: int, step: int = 0, fresh: int | None = None) -> float | None:
+        """A low but plausible cost for N = tokens: no dearer than what the largest smaller N measured within
+        the last `fresh` steps costs (a forward over more tokens is rarely cheaper), nor than its own estimate."""
+        own = self.estimate(tokens)
+        lower = [n for n in self._sorted if n < tokens
+                 and (fresh is None or step - self.last_seen[n] <= fresh)]
+        if not lower:
+            return own
+        bound = self.seconds[max(lower)]
+        return bound if own is None else min(own, bound)
+
+
+class AcceptanceTable:
+    """P(a draft is accepted | every draft before it in its row was), per feature key, as Beta posterior means
+    shrunk hierarchically: a key (a, b, c) borrows `strength` pseudo-counts from (a, b), which borrows from (a,),
+    which borrows from the root prior. Evidence fades by `decay` per step, so the table follows a drafter whose
+    luck changes (a new topic, a batch of different prompts) within a few hundred steps."""
+
+    def __init__(self, root: float = 0.5, strength: float = 2.0, decay: float = 0.99):
+        self.root = root
+        self.strength = strength
+        self.decay = decay
+        self.now = 0
+        self.counts: dict[tuple, list[float]] = {}  # key -> [accepted, verified, step of the last update]
+
+    def _faded(self, c: list[float]) -> list[float]:
+        if c[2] != self.now:
+            f = self.decay ** (self.now - c[2])
+            c[0] *= f
+            c[1] *= f
+            c[2] = self.now
+        return c
+
+    def rate(self, key: tuple) -> float:
+        p = self.root
+        for depth in range(1, len(key) + 1):
+            c = self.counts.get(key[:depth])
+            if c is not None:
+                c = self._faded(c)
+                p = (c[0] + self.strength * p) / (c[1] + self.strength)
+        return p
+
+    def observe(self, key: tuple, accepted: bool) -> None:
+        for depth in range(1, len(key) + 1):
+            c = self._faded(self.counts.setdefault(key[:depth], [0.0, 0.0, self.now]))
+            c[0] += accepted
+            c[1] += 1
+
+
+@dataclass
+class RowRecord:
+    """How a sequence's drafts fared against what the tables predicted for them: its row factor."""
+    accepted: float = 0.0
+    expected: float = 0.0
+
+
+@dataclass
+class Plan:
+    """The controller's decision for one step (see SpeculationController.plan)."""
+    width: int  # verify width w: the target forward covers [last, d_1 .. d_{w-1}]; 1 = plain step
+    num_draft: list[int]  # per row, drafts to verify (<= width - 1)
+    predicted_tokens: float
+    predicted_seconds: float
+    explore: bool = False
+    probs: list[list[float]] = field(default_factory=list)  # per row, p[b, i] for its drafted positions
+
+    @property
+    def plain(self) -> bool:
+        return self.width == 1
+
+
+class SpeculationController:
+    """Chooses verify widths and draft counts step by step; see the module docstring for the model.
+
+    Args:
+        max_draft: K, the most drafts per row in one step.
+        draft_cost_ratio: for a draft model, the prior ratio of its forward cost to the target's at the same N
+            (replaced by measurements once it runs); None for a drafter whose proposals cost nothing (n-gram).
+        explore_share, warmup_explore: the exploration budget: at most warmup_explore + explore_share * steps
+            steps are spent measuring costs the controller has not seen.
+        refresh_steps: a cost not measured for this many steps may be re-measured (contexts grow, costs drift).
+        enabled: False gives fixed K (every row drafts all it can, width K + 1): the ablation's baseline.
+    """
+
+    def __init__(self, max_draft: int, *, draft_cost_ratio: float | None = None, explore_share: float = 0.05,
+                 warmup_explore: int = 3, refresh_steps: int = 64, enabled: bool = True,
+                 row_strength: float = 4.0):
+        self.k = int(max_draft)
+        self.enabled = enabled
+        self.explore_share = explore_share
+        self.warmup_explore = warmup_explore
+        self.refresh_steps = refresh_steps
+        self.row_strength = row_strength
+        self.target_costs = ForwardCosts(fresh=refresh_steps)
+        self.draft_costs: ForwardCosts | None = None
+        if draft_cost_ratio is not None:
+            ratio = float(draft_cost_ratio)
+            self.draft_costs = ForwardCosts(prior=lambda n: self._target_estimate(n) * ratio, fresh=refresh_steps)
+        self.acceptance = AcceptanceTable()
+        self.rows: dict[Hashable, RowRecord] = {}
+        self.steps = 0
+        self.explored = 0
+        self.plain_steps = 0
+        self.width_hist = [0] * (self.k + 2)
+        self.predicted_tokens = 0.0
+        self.realised_tokens = 0
+        self.predicted_seconds = 0.0
+
+    # ------------------------------------------------------------------------------------------- costs
+    def observe_target(self, tokens: int, seconds: float) -> None:
+        self.target_costs.observe(tokens, seconds, self.steps)
+
+    def observe_draft(self, tokens: int, seconds: float) -> None:
+        if self.draft_costs is not None:
+            self.draft_costs.observe(tokens, seconds, self.steps)
+
+    def _target_estimate(self, tokens: int) -> float:
+        est = self.target_costs.estimate(tokens)
+        return est if est is not None else MIN_SECONDS
+
+    def _draft_seconds(self, rows: int, k: int, catch_up: int) -> float:
+        """k draft forwards: the first over [catch-up columns, prev, last], then k - 1 of one column."""
+        if k == 0 or self.draft_costs is None:
+            return 0.0
+        first = self.draft_costs.estimate(rows * (catch_up + 2)) or MIN_SECONDS
+        rest = self.draft_costs.estimate(rows) or MIN_SECONDS
+        return first + (k - 1) * rest
+
+    # ------------------------------------------------------------------------------------------- acceptance
+    def _row_factor(self, row: Hashable) -> float:
+        r = self.rows.get(row)
+        if r is None:
+            return 1.0
+        return (r.accepted + self.row_strength) / (r.expected + self.row_strength)
+
+    def probs(self, row: Hashable, keys: Sequence[tuple]) -> list[float]:
+        f = self._row_factor(row)
+        return [min(0.995, max(0.0, f * self.acceptance.rate(key))) for key in keys]
+
+    @staticmethod
+    def expected_tokens(probs: Sequence[float], k: int) -> float:
+        """1 + sum_{i<=k} prod_{j<=i} probs[j]: the tokens a row emits with its first k drafts verified."""
+        total, run = 1.0, 1.0
+        for p in probs[:k]:
+            run *= p
+            total += run
+        return total
+
+    # ------------------------------------------------------------------------------------------- decisions
+    def _budget_left(self) -> bool:
+        return self.explored < self.warmup_explore + self.explore_share * self.steps
+
+    def _stale(self, costs: ForwardCosts, tokens: int) -> bool:
+        age = costs.age(tokens, self.steps)
+        return age is None or age > self.refresh_steps
+
+    def plan(self, rows: Sequence[Hashable], keys: Sequence[Sequence[tuple]], *, catch_up: int = 0,
+             horizon: float = math.inf) -> Plan:
+        """The step's width and per-row draft counts.
+
+        rows: a stable id per batch row (the sequence it decodes), for its row factor.
+        keys: per row, the feature keys of the drafts it can offer, in order (an n-gram proposal: one key per
+            proposed token; a draft model, before drafting: K position keys). len(keys[b]) caps row b's count.
+        catch_up: a draft model's columns to feed before it can draft (it skipped steps, or has not prefilled);
+            its cost is spread over `horizon` steps (the steps the batch has left), since it is paid once.
+        """
+        batch = len(rows)
+        offer = [min(len(k), self.k) for k in keys]
+        if not self.enabled:
+            width = max(offer, default=0) + 1
+            return self._finish(Plan(width, [min(n, width - 1) for n in offer], 0.0, 0.0), rows, keys)
+        probs = [self.probs(r, k[:self.k]) for r, k in zip(rows, keys)]
+        top = max(offer, default=0) if self.target_costs.seconds else 0  # first measure what a plain step costs
+        best = best_opt = None
+        for width in range(1, top + 2):
+            counts = [min(n, width - 1) for n in offer]
+            tokens = sum(self.expected_tokens(p, c) for p, c in zip(probs, counts))
+            drafts = width - 1 if self.draft_costs is not None else 0
+            draft_s = self._draft_seconds(batch, drafts, catch_up)
+            if drafts and catch_up:
+                # the catch-up columns ride on the first draft forward; charge their extra cost once per horizon
+                extra = draft_s - self._draft_seconds(batch, drafts, 0)
+                draft_s -= extra * (1 - 1 / max(1.0, min(horizon, 1e9)))
+            n = batch * width
+            est = self._target_estimate(n) + draft_s
+            option = (tokens / est, width, counts, tokens, est)
+            if best is None or option[0] > best[0]:
+                best = option
+            if self._stale(self.target_costs, n):
+                opt = (self.target_costs.optimistic(n, self.steps, self.refresh_steps) or MIN_SECONDS) + draft_s
+                cand = (tokens / opt, width, counts, tokens, est)
+                if best_opt is None or cand[0] > best_opt[0]:
+                    best_opt = cand
+        explore = best_opt is not None and best_opt[0] > best[0] and best_opt[1] != best[1] and self._budget_left()
+        choice = best_opt if explore else best
+        plan = Plan(choice[1], choice[2], choice[3], choice[4], explore=explore,
+                    probs=[p[:c] for p, c in zip(probs, choice[2])])
+        return self._finish(plan, rows, keys)
+
+    def _finish(self, plan: Plan, rows, keys) -> Plan:
+        self.steps += 1
+        self.explored += plan.explore
+        self.predicted_tokens += plan.predicted_tokens
+        self.predicted_seconds += plan.predicted_seconds
+        plan.rows = list(rows)
+        return plan
+
+    def keep_drafting(self, plan: Plan, drafted: int, keys: Sequence[Sequence[tuple]],
+                      position_keys: Sequence[tuple]) -> bool:
+        """A draft model has drafted `drafted` tokens per row; keys[b] are the features of row b's drafts so far
+        (its own probability for each, binned), position_keys[i] the feature of a draft at position i + 1
+        before it is drafted. Go on while drafting further (up to K, even past the plan) still pays at the
+        rate the plan expected; else stop (the engine then verifies `drafted` drafts per row)."""
+        if not self.enabled:
+            return drafted < plan.width - 1
+        if drafted >= self.k:
+            return False
+        batch = len(plan.rows)
+        known = [self.probs(r, k) for r, k in zip(plan.rows, keys)]
+        rest = [self.probs(r, position_keys[drafted:self.k]) for r in plan.rows]
+        rate = plan.predicted_tokens / plan.predicted_seconds if plan.predicted_seconds > 0 else 0.0
+        now_tokens = sum(self.expected_tokens(p, drafted) for p in known)
+        now_seconds = self._target_estimate(batch * (drafted + 1))
+        for more in range(1, self.k - drafted + 1):
+            tokens = sum(self.expected_tokens(p + q, drafted + more) for p, q in zip(known, rest))
+            seconds = (more * ((self.draft_costs.estimate(batch) if self.draft_costs else 0.0) or 0.0)
+                       + self._target_estimate(batch * (drafted + 1 + more)))
+            if seconds > now_seconds and (tokens - now_tokens) / (seconds - now_seconds) > rate:
+                return True
+            if seconds <= now_seconds and tokens > now_tokens:
+                return True
+        return False
+
+    def record(self, plan: Plan, keys: Sequence[Sequence[tuple]], accepted: Sequence[int]) -> None:
+        """The step's outcome: row b verified len(keys[b]) drafts (features keys[b]) and accepted accepted[b]."""
+        width = 1 + max((len(k) for k in keys), default=0)
+        self.width_hist[min(width, len(self.width_hist) - 1)] += 1
+        self.plain_steps += width == 1
+        for row, row_keys, a in zip(plan.rows, keys, accepted):
+            reached = min(a + 1, len(row_keys))
+            if not row_keys:
+                continue
+            p = self.probs(row, row_keys[:reached])
+            rec = self.rows.setdefault(row, RowRecord())
+            for i in range(reached):
+                self.acceptance.observe(row_keys[i], i < a)
+            rec.accepted += min(a, reached)
+            rec.expected += sum(p)
+        self.realised_tokens += sum(accepted) + len(accepted)
+        self.acceptance.now += 1
+
+    def forget(self, row: Hashable) -> None:
+        """A sequence finished: drop its row record."""
+        self.rows.pop(row, None)
+
+    def stats(self) -> dict:
+        steps = self.steps
+        recorded = sum(self.width_hist)
+        mean_width = sum(w * n for w, n in enumerate(self.width_hist)) / recorded if recorded else 0.0
+        return {
+            "adaptive": self.enabled,
+            "width_histogram": list(self.width_hist[1:]),  # steps per verify width 1 .. K + 1
+            "mean_width": mean_width,
+            "plain_steps": self.plain_steps,
+            "explore_steps": self.explored,
+            "predicted_tokens_per_step": self.predicted_tokens / steps if steps else 0.0,
+            "realised_tokens_per_step": self.realised_tokens / steps if steps else 0.0,
+        }

@@ -1,0 +1,156 @@
+"""The speculation controller on scripted costs and acceptances (no model): it must go plain where speculation
+cannot pay, verify everything where drafts land and verification is cheap, follow the script when it changes,
+and stay inside its exploration budget."""
+
+import random
+
+import pytest
+
+from specdec.control import AcceptanceTable, ForwardCosts, SpeculationController
+
+K = 4
+
+
+def ngram_keys(batch, n=2):
+    return [[("ngram", n, i) for i in range(1, K + 1)] for _ in range(batch)]
+
+
+def simulate(ctrl, steps, cost, accept, batch=4, seed=0, keys=ngram_keys):
+    """Run `steps` planned steps; cost(N) is a forward's seconds, accept(b, i) draft i's acceptance chance."""
+    rng = random.Random(seed)
+    widths = []
+    for _ in range(steps):
+        rows = list(range(batch))
+        offered = keys(batch)
+        plan = ctrl.plan(rows, offered)
+        ctrl.observe_target(batch * plan.width, cost(batch * plan.width))
+        accepted = []
+        for b in rows:
+            a = 0
+            while a < plan.num_draft[b] and rng.random() < accept(b, a + 1):
+                a += 1
+            accepted.append(a)
+        ctrl.record(plan, [offered[b][:plan.num_draft[b]] for b in rows], accepted)
+        widths.append(plan.width)
+    return widths
+
+
+def dear(n):  # verification of w columns costs w plain steps: speculation can only lose
+    return 0.01 * n
+
+
+def cheap(n):  # a GPU-like flat cost
+    return 0.01
+
+
+@pytest.mark.parametrize("batch", [1, 4, 8], ids=lambda b: f"B{b}")
+def test_goes_plain_when_verification_is_dear_and_drafts_rarely_land(batch):
+    ctrl = SpeculationController(K)
+    widths = simulate(ctrl, 400, dear, lambda b, i: 0.1, batch=batch, seed=batch)
+    assert widths[0] == 1  # the first step measures plain decoding
+    tail = widths[100:]
+    assert tail.count(1) / len(tail) >= 0.95, widths
+    stats = ctrl.stats()
+    assert stats["explore_steps"] <= ctrl.warmup_explore + ctrl.explore_share * 400
+
+
+@pytest.mark.parametrize("batch", [1, 4, 8], ids=lambda b: f"B{b}")
+def test_verifies_everything_when_drafts_always_land_and_verification_is_cheap(batch):
+    ctrl = SpeculationController(K)
+    widths = simulate(ctrl, 200, cheap, lambda b, i: 1.0, batch=batch, seed=batch)
+    tail = widths[20:]
+    assert tail.count(K + 1) / len(tail) >= 0.95, widths
+    assert ctrl.stats()["mean_width"] > K
+
+
+def test_follows_the_script_when_it_changes():
+    ctrl = SpeculationController(K)
+    state = {"cost": dear, "p": 0.05}
+    widths = simulate(ctrl, 300, lambda n: state["cost"](n), lambda b, i: state["p"], seed=1)
+    assert widths[-100:].count(1) >= 95
+    state.update(cost=cheap, p=1.0)
+    widths = simulate(ctrl, 600, lambda n: state["cost"](n), lambda b, i: state["p"], seed=2)
+    assert widths[-100:].count(K + 1) >= 95, widths
+    state.update(cost=dear, p=0.05)
+    widths = simulate(ctrl, 600, lambda n: state["cost"](n), lambda b, i: state["p"], seed=3)
+    assert widths[-100:].count(1) >= 95, widths
+    assert ctrl.stats()["explore_steps"] <= ctrl.warmup_explore + ctrl.explore_share * ctrl.steps
+
+
+def test_picks_the_middle_width_a_step_shaped_cost_favours():
+    # This CPU's shape: up to 3 query tokens cost one plain step, 4 or more cost 1.6x. With drafts landing 60%
+    # of the time at batch 1, width 3 (2 drafts, 1.96 tokens for 1.0x) beats width 5 (2.3 tokens for 1.6x).
+    ctrl = SpeculationController(K)
+    widths = simulate(ctrl, 300, lambda n: 0.05 if n <= 3 else 0.08, lambda b, i: 0.6, batch=1)
+    tail = widths[50:]
+    assert tail.count(3) / len(tail) >= 0.9, widths
+
+
+def test_width_follows_the_proposal_strength_per_row():
+    # unigram matches rarely land, 4-gram matches nearly always; one row of each at batch 2, cost ~ N
+    ctrl = SpeculationController(K)
+
+    def keys(batch):
+        return [[("ngram", 1, i) for i in range(1, K + 1)], [("ngram", 4, i) for i in range(1, K + 1)]]
+
+    widths = simulate(ctrl, 300, lambda n: 0.02 + 0.004 * n, lambda b, i: 0.05 if b == 0 else 0.97, batch=2,
+                      keys=keys)
+    assert ctrl.acceptance.rate(("ngram", 4, 1)) > 0.9 > 0.2 > ctrl.acceptance.rate(("ngram", 1, 1))
+    assert widths[-100:].count(K + 1) >= 90
+
+
+def test_rows_with_no_proposal_do_not_widen_the_step():
+    ctrl = SpeculationController(K)
+    widths = simulate(ctrl, 50, cheap, lambda b, i: 1.0, batch=3, keys=lambda batch: [[]] * batch)
+    assert set(widths) == {1}
+
+
+def test_draft_as_dear_as_the_target_is_never_run():
+    # A draft model costing what the target does can never pay: k drafts + a verify > k + 1 plain steps.
+    ctrl = SpeculationController(K, draft_cost_ratio=1.0)
+    model_keys = lambda batch: [[("model", i) for i in range(1, K + 1)]] * batch  # noqa: E731
+    widths = simulate(ctrl, 100, lambda n: 0.01 * (1 + 0.1 * n), lambda b, i: 1.0, batch=4, keys=model_keys)
+    assert set(widths) == {1}
+
+
+def test_cheap_draft_model_is_used_and_stops_early_on_low_confidence():
+    ctrl = SpeculationController(K, draft_cost_ratio=0.05)
+    model_keys = lambda batch: [[("model", i) for i in range(1, K + 1)]] * batch  # noqa: E731
+    widths = simulate(ctrl, 100, cheap, lambda b, i: 0.9, batch=2, keys=model_keys)
+    assert widths[-50:].count(K + 1) >= 45
+    plan = ctrl.plan([0, 1], model_keys(2))
+    position_keys = [("model", i) for i in range(1, K + 1)]
+    for i in range(1, 200):  # teach it that a low-confidence first draft never lands
+        ctrl.acceptance.observe(("model", 1, "low"), False)
+    assert not ctrl.keep_drafting(plan, 1, [[("model", 1, "low")]] * 2, position_keys)
+    assert ctrl.keep_drafting(plan, 1, [[("model", 1)]] * 2, position_keys)
+
+
+def test_fixed_k_when_disabled():
+    ctrl = SpeculationController(K, enabled=False)
+    widths = simulate(ctrl, 20, dear, lambda b, i: 0.0)
+    assert set(widths) == {K + 1}
+
+
+def test_costs_interpolate_and_resist_outliers():
+    costs = ForwardCosts()
+    costs.observe(1, 1.0)
+    costs.observe(5, 2.0)
+    assert costs.estimate(3) == pytest.approx(1.5)
+    assert costs.optimistic(3) == 1.0
+    assert costs.estimate(20) == pytest.approx(2.0 * 2)  # growth 0.5 beyond the largest measured
+    costs.observe(1, 1.2)
+    costs.observe(1, 1000.0)  # one stall among three samples: the median ignores it
+    assert costs.estimate(1) == 1.2
+    costs.observe(1, 0.1, step=500)  # re-measured long after: believed at once
+    assert costs.estimate(1) == 0.1
+
+
+def test_acceptance_shrinks_to_parents_and_fades():
+    table = AcceptanceTable(decay=0.5)
+    for _ in range(20):
+        table.observe(("ngram", 2, 1), True)
+    assert table.rate(("ngram", 2, 1)) > 0.9
+    assert table.rate(("ngram", 2, 3)) > 0.8  # an unseen position borrows from its n-gram size
+    table.now += 30
+    assert table.rate(("ngram", 2, 1)) == pytest.approx(0.5, abs=0.01)  # faded back to the root prior
