@@ -70,6 +70,18 @@ def _round_up_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
+# The room a slab reserves past the prompt when a batch or pool opens: max_new_tokens up to this many columns,
+# plus two steps' writes. Beyond it the slabs grow by doubling as rows really grow (RaggedKV.reserve,
+# SlotPool.scatter), so memory follows the real lengths: max_new_tokens=2**20 with an early EOS costs no more
+# than max_new_tokens=256.
+RESERVE_COLUMNS = 256
+
+
+def initial_room(max_new: int, k: int) -> int:
+    """Columns to reserve past the prompt for a run of max_new tokens with k drafts a step (bounded)."""
+    return min(max_new, RESERVE_COLUMNS) + 2 * (k + 1)
+
+
 class RaggedKV:
     def __init__(self, model, batch: int, capacity: int, backend: str | None = None, realign: str = "shift",
                  compact_threshold: float | None = None):

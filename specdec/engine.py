@@ -23,11 +23,11 @@ import torch
 
 import specdec_kernels as sk
 
-from .batch import REALIGN_MODES, RaggedKV, check_compact_threshold
+from .batch import REALIGN_MODES, RaggedKV, check_compact_threshold, initial_room
 from .drafters import Drafter, ModelDrafter, PoolDrafter, Proposal
 from .sampling import SamplingConfig, greedy, sample
 from .timing import PhaseTimer
-from .validation import check_models, encode_prompts, eos_ids
+from .validation import check_attention, check_models, check_progress, check_seed, encode_prompts, eos_ids
 
 SCHEDULERS = ("eqspec", "exspec", "autoregressive")
 
@@ -44,11 +44,11 @@ class SpeculativeDecoder:
                  backend: str | None = None, tokenizer=None, sync_timers: bool | None = None,
                  realign: str = "shift", compact_threshold: float | None = None, window: int = 32):
         """window: EXSPEC's pool size, the number of unfinished prompts it picks each step's group from."""
-        if realign not in REALIGN_MODES:
+        if not isinstance(realign, str) or realign not in REALIGN_MODES:
             raise ValueError(f"realign must be one of {REALIGN_MODES}, got {realign!r}")
         # realign="mask": compact the holes once they are this share of the window (specdec.batch)
         self.compact_threshold = check_compact_threshold(compact_threshold)
-        if scheduler not in SCHEDULERS:
+        if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
         if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
             raise ValueError(f"num_draft_tokens must be an int >= 1, got {num_draft_tokens!r}")
@@ -58,6 +58,7 @@ class SpeculativeDecoder:
             reason = sk.unavailable_reason(backend)  # ValueError for an unknown name
             if reason and backend != "auto":
                 raise RuntimeError(f"backend {backend!r} is not available: {reason}")
+        check_attention(target, "target")  # sliding windows, flash attention: refused before any forward
         self.target = target
         self.scheduler = scheduler
         self.k = num_draft_tokens
@@ -72,6 +73,8 @@ class SpeculativeDecoder:
         elif draft is None:
             raise ValueError(f"scheduler={scheduler!r} needs a draft model or drafter")
         elif isinstance(draft, Drafter) and not isinstance(draft, torch.nn.Module):
+            if isinstance(getattr(draft, "model", None), torch.nn.Module):  # a drafter over a model (ModelDrafter)
+                check_models(target, draft.model)
             self.drafter = draft
         else:
             check_models(target, draft)
@@ -88,8 +91,10 @@ class SpeculativeDecoder:
         the target's generation_config.eos_token_id (what target.generate would use); [] disables EOS.
         progress: optional callable, called with a prompt's index when that prompt is finished."""
         ids = encode_prompts(prompts, self.tokenizer, self.target, max_new_tokens, batch_size)
-        sampling = SamplingConfig(bool(do_sample), temperature, top_k, top_p)
+        sampling = SamplingConfig(do_sample, temperature, top_k, top_p)
         eos = eos_ids(eos_token_id, self.target, self.vocab_size)
+        seed = check_seed(seed)
+        check_progress(progress)
         if self.scheduler == "exspec":
             from .exspec import ExspecRun  # exspec builds on _Run: imported here, not at the top
             run = ExspecRun(self, ids, max_new_tokens, batch_size, eos, sampling, seed, progress, self.window)
@@ -238,7 +243,7 @@ class _Run:
     def admit_first_batch(self) -> None:
         take = [self.waiting.pop() for _ in range(min(self.batch_size, len(self.waiting)))]
         prompts = [self.prompts[i] for i in take]
-        extra = self.max_new + 2 * (self.k + 1)
+        extra = initial_room(self.max_new, self.k)  # bounded: the slabs grow as rows do
         with self.timer.within("prefill"):
             self.target, logits = RaggedKV.prefill(self.dec.target, prompts, extra, self.backend,
                                                    realign=self.dec.realign,

@@ -39,7 +39,7 @@ import torch
 
 import specdec_kernels as sk
 
-from .batch import RaggedKV
+from .batch import RaggedKV, initial_room
 from .cache import SlabCache
 from .engine import _Run
 
@@ -54,7 +54,7 @@ class SlotPool:
 
     def __init__(self, model, size: int, extra: int, room: int, backend: str | None = None, realign: str = "shift"):
         self.model, self.backend, self.realign = model, backend, realign
-        self.extra = extra  # columns a sequence may add after its prompt, plus one step's writes
+        self.extra = extra  # columns reserved past an admitted prompt (more are added as rows grow)
         self.room = room  # columns one step appends to the step batch
         self.slab = SlabCache.for_model(model, size, 1).slab
         self.lengths = [0] * size
@@ -113,7 +113,9 @@ class SlotPool:
         NaN key in a masked hole still poisons attention (0 * NaN)."""
         width = self.room if width is None else width
         slot_list = slots.tolist()
-        start = torch.tensor([self.lengths[s] for s in slot_list], dtype=torch.int64, device=slots.device)
+        starts = [self.lengths[s] for s in slot_list]
+        self._grow(max(starts) + width)  # doubling (capacities are powers of two)
+        start = torch.tensor(starts, dtype=torch.int64, device=slots.device)
         cols = start[:, None] + torch.arange(width, device=slots.device)[None, :]
         new = state.cache.slab[:, :, :, base:base + width]
         self.slab[slots[:, None], :, :, cols] = new.permute(0, 3, 1, 2, 4)
@@ -151,7 +153,7 @@ class ExspecRun(_Run):
     def open(self) -> None:
         """The pool replaces EQSPEC's first batch: every sequence gets a slot of its own."""
         room = self.k + 1
-        extra = self.max_new + room
+        extra = initial_room(self.max_new, self.k)  # bounded: the pools grow in scatter as rows do
         self.pool = SlotPool(self.dec.target, self.window, extra, room, self.backend, self.dec.realign)
         self.dec.drafter.begin_pool(self.window, self.k, extra_capacity=extra)
         self.rows = [None] * self.window

@@ -10,44 +10,48 @@ from __future__ import annotations
 import copy
 
 import torch
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Config,
-                          Qwen2ForCausalLM)
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM)
 
-FAMILIES = ("llama", "qwen2", "gpt2")
+# mistral: Llama's architecture with Mistral's sliding_window (None here unless config_overrides set one)
+FAMILIES = ("llama", "qwen2", "gpt2", "mistral")
 
 
 def _config(family: str, vocab_size: int, hidden_size: int, num_layers: int, num_heads: int, num_kv_heads: int,
-            max_positions: int, initializer_range: float):
-    if family == "llama":
-        return LlamaConfig(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                           num_hidden_layers=num_layers, num_attention_heads=num_heads,
-                           num_key_value_heads=num_kv_heads, max_position_embeddings=max_positions,
-                           initializer_range=initializer_range, tie_word_embeddings=False)
-    if family == "qwen2":
-        return Qwen2Config(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                           num_hidden_layers=num_layers, num_attention_heads=num_heads,
-                           num_key_value_heads=num_kv_heads, max_position_embeddings=max_positions,
-                           initializer_range=initializer_range, tie_word_embeddings=False,
-                           use_sliding_window=False)
+            max_positions: int, initializer_range: float, overrides: dict | None = None):
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
     if family == "gpt2":
-        return GPT2Config(vocab_size=vocab_size, n_embd=hidden_size, n_layer=num_layers, n_head=num_heads,
-                          n_positions=max_positions, initializer_range=initializer_range,
-                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None)
-    raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+        cls, kwargs = GPT2Config, dict(vocab_size=vocab_size, n_embd=hidden_size, n_layer=num_layers, n_head=num_heads,
+                                       n_positions=max_positions, initializer_range=initializer_range,
+                                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None,
+                                       eos_token_id=None)
+    else:
+        cls = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig}[family]
+        kwargs = dict(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                      num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+                      max_position_embeddings=max_positions, initializer_range=initializer_range,
+                      tie_word_embeddings=False)
+        kwargs.update({"qwen2": {"use_sliding_window": False}, "mistral": {"sliding_window": None}}.get(family, {}))
+    # overrides go to the config class itself, so that what it derives from them (Qwen2's layer_types) follows
+    return cls(**{**kwargs, **(overrides or {})})
 
 
 def tiny_model(family: str = "llama", *, vocab_size: int = 256, hidden_size: int = 64, num_layers: int = 2,
                num_heads: int = 4, num_kv_heads: int | None = None, max_positions: int = 512,
-               initializer_range: float = 0.3, seed: int = 0) -> PreTrainedModel:
+               initializer_range: float = 0.3, seed: int = 0,
+               config_overrides: dict | None = None) -> PreTrainedModel:
     """A float32 causal LM in eval mode with deterministic weights (a function of all arguments).
 
+    config_overrides: more config arguments, e.g. Qwen2's use_sliding_window, sliding_window, max_window_layers.
     The generation config has no EOS/BOS/pad ids, so `model.generate` stops only where told to.
     """
     num_kv_heads = num_kv_heads if num_kv_heads is not None else max(1, num_heads // 2)
     config = _config(family, vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, max_positions,
-                     initializer_range)
+                     initializer_range, config_overrides)
     config.bos_token_id = config.eos_token_id = config.pad_token_id = None
-    cls = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "gpt2": GPT2LMHeadModel}[family]
+    cls = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "gpt2": GPT2LMHeadModel,
+           "mistral": MistralForCausalLM}[family]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = cls(config)
@@ -96,7 +100,7 @@ def agreeing_draft(target: PreTrainedModel, noise: float = 0.02, seed: int = 1) 
 
 
 def model_family(model: PreTrainedModel) -> str:
-    return {"llama": "llama", "qwen2": "qwen2", "gpt2": "gpt2"}.get(model.config.model_type, model.config.model_type)
+    return model.config.model_type
 
 
 def unrelated_draft(target: PreTrainedModel, family: str | None = None, *, num_layers: int = 1,

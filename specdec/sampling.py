@@ -7,25 +7,62 @@ top-p go through ONE function for both models; the engine never processes logits
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 import torch
 
+# The smallest temperature accepted when sampling: float32's smallest normal number, 2**-126 (about 1.18e-38).
+# Logits are float32 and processed_probs divides them by the temperature in float32, so a smaller temperature
+# (1e-300, say) is 0 or a subnormal there: logits / temperature is then inf or NaN (and 1 / temperature is not
+# even finite). From MIN_TEMPERATURE up the quotient is computed so that it cannot overflow to +inf (see
+# processed_probs), so every accepted temperature gives a distribution, approaching greedy as it shrinks.
+MIN_TEMPERATURE = torch.finfo(torch.float32).tiny
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _is_integer(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
+    """Checked on construction, whatever do_sample says: a value of the wrong type is a ValueError naming the
+    argument; the ranges of temperature, top_k and top_p matter (and are checked) only when sampling."""
+
     do_sample: bool = False
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
 
     def __post_init__(self):
+        if not isinstance(self.do_sample, bool):
+            raise ValueError(f"do_sample must be True or False, got {self.do_sample!r}")
+        if not _is_real(self.temperature):
+            raise ValueError(f"temperature must be a number, got {self.temperature!r}")
+        if not _is_integer(self.top_k):
+            raise ValueError(f"top_k must be an int >= 0 (0: off), got {self.top_k!r}")
+        if not _is_real(self.top_p):
+            raise ValueError(f"top_p must be a number in (0, 1], got {self.top_p!r}")
+        # plain Python numbers from here on (numpy scalars and the like are accepted above)
+        object.__setattr__(self, "temperature", float(self.temperature))
+        object.__setattr__(self, "top_k", int(self.top_k))
+        object.__setattr__(self, "top_p", float(self.top_p))
         if self.do_sample:
-            if not (isinstance(self.temperature, (int, float)) and self.temperature > 0):
-                raise ValueError(f"temperature must be > 0 when sampling, got {self.temperature!r}")
-            if not (isinstance(self.top_k, int) and self.top_k >= 0):
+            t = self.temperature
+            if not (math.isfinite(t) and t >= MIN_TEMPERATURE):
+                raise ValueError(
+                    f"temperature must be a finite number >= {MIN_TEMPERATURE:.8g} when sampling, got {t!r}: "
+                    f"logits are float32 and are divided by the temperature in float32, where a temperature "
+                    f"below {MIN_TEMPERATURE:.8g} (float32's smallest normal number, 2**-126) is 0 or a subnormal "
+                    f"and logits / temperature overflows to inf or NaN; for the greedy limit use do_sample=False")
+            if self.top_k < 0:
                 raise ValueError(f"top_k must be an int >= 0 (0: off), got {self.top_k!r}")
-            if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+            if not 0 < self.top_p <= 1:
                 raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
@@ -38,10 +75,23 @@ def processed_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int =
 
     top-k keeps the k largest logits (ties at the k-th value all stay). top-p keeps the smallest set of most
     likely tokens whose mass reaches top_p (always at least the most likely one), as transformers does.
+
+    A temperature below 1 can push logits / temperature past float32's range (+-inf, then NaN out of the
+    softmax). Rows where that happens are computed as (logits - row max) / temperature instead: the same
+    distribution (softmax does not see a shift), the row's maximum exactly 0 and nothing above it, so only
+    tokens of negligible probability can overflow (to -inf, probability 0). Other rows are exactly
+    logits / temperature, as transformers' TemperatureLogitsWarper computes them.
     """
     scores = logits.float()
     if temperature != 1.0:
-        scores = scores / temperature
+        quotient = scores / temperature
+        # Only a temperature below 1 can overflow; checking costs one pass and (on a GPU) a host sync.
+        if temperature < 1.0 and not bool(torch.isfinite(quotient).all()):
+            overflow = (~torch.isfinite(quotient) & torch.isfinite(scores)).any(dim=-1, keepdim=True)
+            broken = (torch.isnan(scores) | torch.isposinf(scores)).any(dim=-1, keepdim=True)  # left as they are
+            shifted = (scores - scores.amax(dim=-1, keepdim=True)) / temperature
+            quotient = torch.where(overflow & ~broken, shifted, quotient)
+        scores = quotient
     vocab = scores.shape[-1]
     if 0 < top_k < vocab:
         kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]

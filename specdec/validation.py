@@ -18,7 +18,98 @@ def output_vocab(model) -> int:
     return model.get_output_embeddings().weight.shape[0]
 
 
+# Attention implementations that apply the engine's explicit 4-D mask (padding, holes, causality per row) as given.
+# flash_attention_* take only a 2-D padding mask and assume contiguous rows; flex_attention and the paged/kernel
+# variants build their own block masks: none of them would see the engine's holes and per-row offsets.
+MASKED_ATTENTION = ("sdpa", "eager")
+
+
+def _text_config(model):
+    config = model.config
+    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+
+
+def _window_binds(window, limit) -> bool:
+    """Whether a sliding window changes attention: it does unless it covers every position the model can hold."""
+    if window is None:
+        return False
+    if isinstance(window, numbers.Integral) and not isinstance(window, bool) and limit is not None:
+        return int(window) < limit
+    return True  # no position limit, or a value we cannot read: assume it slides
+
+
+def attention_support(model) -> str | None:
+    """Why the engine cannot decode `model` exactly, or None when it can.
+
+    The engine gives every forward one explicit 4-D mask: each query sees every real column of its row up to
+    itself (full causal attention; padding and realignment holes masked). That is the model's own attention
+    only if
+      - no layer attends to a sliding window, in any of the forms configs use: `layer_types` naming anything
+        but "full_attention" (Qwen2 derives them from use_sliding_window and max_window_layers, Gemma and
+        others list them), `sliding_window` where the model applies it to every layer (Mistral, which has no
+        use_sliding_window flag, Phi-3, Starcoder2; a `use_sliding_window=False` flag switches it off),
+        per-layer windows (a list, or attention modules carrying their own `sliding_window`), GPT-Neo's "local"
+        `attention_layers`. A window at least as wide as the position limit never binds and is fine;
+      - the attention implementation applies a custom 4-D mask: sdpa or eager (MASKED_ATTENTION).
+    """
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    text = _text_config(model)
+    limit = max_positions(model)
+    missing = []
+    impl = getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
+    if impl is not None and impl not in MASKED_ATTENTION:
+        missing.append(f"its attention implementation {impl!r} does not apply a custom 4-D attention mask, which "
+                       f"the engine passes every forward; load it with attn_implementation='sdpa' (or 'eager')")
+    types = getattr(text, "layer_types", None)
+    if types is not None:
+        other = [t for t in types if t != "full_attention"]
+        if other:
+            missing.append(f"{len(other)} of {len(types)} layers are not full attention (layer_types: "
+                           f"{', '.join(sorted(set(map(str, other))))})")
+    local = [t for t in (getattr(text, "attention_layers", None) or []) if t == "local"]
+    if local:
+        missing.append(f"{len(local)} layers attend locally (attention_layers 'local', window_size="
+                       f"{getattr(text, 'window_size', None)})")
+    window = getattr(text, "sliding_window", None)
+    # attention modules that carry their own window: the model sets it per layer (from layer_types)
+    per_layer = {name: getattr(m, "sliding_window") for name, m in model.named_modules()
+                 if m is not model and hasattr(m, "sliding_window")}
+    if isinstance(window, (list, tuple)):
+        if any(_window_binds(w, limit) for w in window):
+            missing.append(f"per-layer sliding windows (sliding_window={list(window)})")
+    elif (_window_binds(window, limit) and getattr(text, "use_sliding_window", True) is not False
+          and not (types is not None and per_layer)):
+        # Applied to every layer: Mistral-style. (Where layer_types exist and the layers carry their own
+        # windows, layer_types decide, checked above; Qwen2's max_window_layers is how it derives them.)
+        missing.append(f"every layer attends to a sliding window (sliding_window={window}, below the position "
+                       f"limit of {limit})" if limit is not None else
+                       f"every layer attends to a sliding window (sliding_window={window})")
+    binding = sorted({w for w in per_layer.values() if _window_binds(w, limit)}, key=str)
+    if binding and not any("sliding" in m for m in missing):
+        layers = [name for name, w in per_layer.items() if _window_binds(w, limit)]
+        missing.append(f"{len(layers)} attention layers have their own sliding_window="
+                       f"{', '.join(map(str, binding))} ({layers[0]}{', ...' if len(layers) > 1 else ''})")
+    if not missing:
+        return None
+    model_type = getattr(config, "model_type", None) or type(model).__name__
+    sliding = any("sliding" in m or "full attention" in m or "locally" in m for m in missing)
+    return (f"the engine cannot decode this {model_type} model exactly: {'; '.join(missing)}. It builds full "
+            "causal attention masks over all of a row's cached tokens only"
+            + ("; sliding-window (local) attention is not supported yet" if sliding else ""))
+
+
+def check_attention(model, name: str) -> None:
+    """ValueError unless the engine supports `model`'s attention (see attention_support); name: "target" or
+    "draft"."""
+    reason = attention_support(model)
+    if reason is not None:
+        raise ValueError(f"the {name} is not supported: {reason}")
+
+
 def check_models(target, draft) -> None:
+    """A draft model for `target`: one device, one vocabulary, and attention the engine supports."""
     td, dd = _device(target), _device(draft)
     if td != dd:
         raise ValueError(f"the target is on {td} but the draft is on {dd}; put both on one device")
@@ -26,11 +117,7 @@ def check_models(target, draft) -> None:
     if tv != dv:
         raise ValueError(f"the draft's vocabulary size ({dv}) differs from the target's ({tv}); speculative "
                          "decoding needs one shared vocabulary")
-    for name, model in (("target", target), ("draft", draft)):
-        types = getattr(model.config, "layer_types", None) or []
-        if any(t != "full_attention" for t in types):
-            raise ValueError(f"the {name} has non-full attention layers ({sorted(set(types))}); the engine builds "
-                             "full causal masks only")
+    check_attention(draft, "draft")
 
 
 def _is_int(x) -> bool:
@@ -74,11 +161,40 @@ def encode_prompts(prompts, tokenizer, target, max_new_tokens, batch_size) -> li
 
 
 def eos_ids(eos_token_id, target, vocab: int) -> list[int]:
+    """An id, a sequence of ids (a list, a tuple, a 1-D integer tensor), [] for none, or None for the target's
+    generation_config.eos_token_id."""
+    source = "eos_token_id"
     if eos_token_id is None:
         eos_token_id = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
+        source = "the target's generation_config.eos_token_id"
     if eos_token_id is None:
         return []
-    ids = [eos_token_id] if _is_int(eos_token_id) else list(eos_token_id)
-    if not all(_is_int(t) and 0 <= int(t) < vocab for t in ids):
-        raise ValueError(f"eos_token_id must be an id or ids in [0, {vocab}), got {eos_token_id!r}")
+    if _is_int(eos_token_id):
+        ids = [eos_token_id]
+    elif isinstance(eos_token_id, torch.Tensor) and eos_token_id.ndim == 1:
+        ids = list(eos_token_id)
+    elif isinstance(eos_token_id, Sequence) and not isinstance(eos_token_id, (str, bytes)):
+        ids = list(eos_token_id)
+    else:
+        ids = None
+    if ids is None or not all(_is_int(t) and 0 <= int(t) < vocab for t in ids):
+        raise ValueError(f"{source} must be an int token id or a list of them, each in [0, {vocab}) ([] for no "
+                         f"EOS), got {eos_token_id!r}")
     return [int(t) for t in ids]
+
+
+# torch.Generator.manual_seed takes what fits in 64 bits, signed or unsigned
+SEED_RANGE = (-(2 ** 63), 2 ** 64 - 1)
+
+
+def check_seed(seed) -> int | None:
+    if seed is None:
+        return None
+    if not _is_int(seed) or not SEED_RANGE[0] <= int(seed) <= SEED_RANGE[1]:
+        raise ValueError(f"seed must be None or an int in [-2**63, 2**64 - 1], got {seed!r}")
+    return int(seed)
+
+
+def check_progress(progress) -> None:
+    if progress is not None and not callable(progress):
+        raise ValueError(f"progress must be None or a callable taking a prompt index, got {progress!r}")

@@ -50,6 +50,45 @@ GENERATE_CASES = [
     ("top-p-zero", [[1]], {"do_sample": True, "top_p": 0.0}, "top_p"),
     ("negative-top-k", [[1]], {"do_sample": True, "top_k": -1}, "top_k"),
     ("eos-outside-vocab", [[1]], {"eos_token_id": V}, "eos_token_id"),
+    # issue 9: every bad argument type is a ValueError naming the argument, before any forward
+    ("top-k-bool", [[1]], {"do_sample": True, "top_k": True}, "top_k"),
+    ("top-k-bool-greedy", [[1]], {"top_k": True}, "top_k"),
+    ("top-k-float", [[1]], {"do_sample": True, "top_k": 2.5}, "top_k"),
+    ("top-k-str", [[1]], {"do_sample": True, "top_k": "5"}, "top_k"),
+    ("top-p-bool", [[1]], {"do_sample": True, "top_p": True}, "top_p"),
+    ("top-p-str", [[1]], {"do_sample": True, "top_p": "0.9"}, "top_p"),
+    ("top-p-none", [[1]], {"do_sample": True, "top_p": None}, "top_p"),
+    ("temperature-str", [[1]], {"do_sample": True, "temperature": "hot"}, "temperature"),
+    ("temperature-str-greedy", [[1]], {"temperature": "hot"}, "temperature"),
+    ("temperature-none", [[1]], {"do_sample": True, "temperature": None}, "temperature"),
+    ("temperature-bool", [[1]], {"do_sample": True, "temperature": True}, "temperature"),
+    ("temperature-nan", [[1]], {"do_sample": True, "temperature": float("nan")}, "temperature"),
+    ("temperature-inf", [[1]], {"do_sample": True, "temperature": float("inf")}, "temperature"),
+    ("temperature-negative", [[1]], {"do_sample": True, "temperature": -0.5}, "temperature"),
+    # a temperature that float32 logits cannot be divided by: the bound is float32's smallest normal number
+    ("temperature-1e-300", [[1]], {"do_sample": True, "temperature": 1e-300}, r"temperature.*1\.1754944e-38"),
+    ("temperature-below-float32-normal", [[1]], {"do_sample": True, "temperature": 1e-38}, "float32"),
+    ("do-sample-str", [[1]], {"do_sample": "yes"}, "do_sample"),
+    ("do-sample-none", [[1]], {"do_sample": None}, "do_sample"),
+    ("do-sample-int", [[1]], {"do_sample": 1}, "do_sample"),
+    ("seed-float", [[1]], {"seed": 1.5}, "seed"),
+    ("seed-str", [[1]], {"seed": "1"}, "seed"),
+    ("seed-bool", [[1]], {"seed": True}, "seed"),
+    ("seed-too-large", [[1]], {"seed": 2 ** 64}, "seed"),
+    ("eos-float", [[1]], {"eos_token_id": 3.0}, "eos_token_id"),
+    ("eos-list-with-float", [[1]], {"eos_token_id": [1, 2.0]}, "eos_token_id"),
+    ("eos-str", [[1]], {"eos_token_id": "3"}, "eos_token_id"),
+    ("eos-bool", [[1]], {"eos_token_id": True}, "eos_token_id"),
+    ("eos-nested", [[1]], {"eos_token_id": [[1]]}, "eos_token_id"),
+    ("eos-2d-tensor", [[1]], {"eos_token_id": torch.tensor([[1]])}, "eos_token_id"),
+    ("max-new-float", [[1]], {"max_new_tokens": 4.0}, "max_new_tokens"),
+    ("max-new-str", [[1]], {"max_new_tokens": "4"}, "max_new_tokens"),
+    ("max-new-bool", [[1]], {"max_new_tokens": True}, "max_new_tokens"),
+    ("max-new-none", [[1]], {"max_new_tokens": None}, "max_new_tokens"),
+    ("batch-float", [[1]], {"batch_size": 2.0}, "batch_size"),
+    ("batch-none", [[1]], {"batch_size": None}, "batch_size"),
+    ("batch-bool", [[1]], {"batch_size": True}, "batch_size"),
+    ("progress-not-callable", [[1]], {"progress": 3}, "progress"),
 ]
 
 
@@ -80,6 +119,22 @@ CONSTRUCTOR_CASES = [
     ("unknown-scheduler", {"scheduler": "fastest"}, ValueError, "scheduler"),
     ("unknown-backend", {"backend": "cuda-magic"}, ValueError, "backend"),
     ("eqspec-without-draft", {"draft": None}, ValueError, "draft"),
+    ("k-bool", {"num_draft_tokens": True}, ValueError, "num_draft_tokens"),
+    ("k-str", {"num_draft_tokens": "4"}, ValueError, "num_draft_tokens"),
+    ("k-none", {"num_draft_tokens": None}, ValueError, "num_draft_tokens"),
+    ("window-float", {"scheduler": "exspec", "window": 4.0}, ValueError, "window"),
+    ("window-zero", {"scheduler": "exspec", "window": 0}, ValueError, "window"),
+    ("window-bool", {"window": True}, ValueError, "window"),
+    ("realign-unknown", {"realign": "twist"}, ValueError, "realign"),
+    ("realign-list", {"realign": ["shift"]}, ValueError, "realign"),
+    ("realign-none", {"realign": None}, ValueError, "realign"),
+    ("compact-threshold-str", {"realign": "mask", "compact_threshold": "0.1"}, ValueError, "compact_threshold"),
+    ("compact-threshold-bool", {"compact_threshold": True}, ValueError, "compact_threshold"),
+    ("compact-threshold-nan", {"compact_threshold": float("nan")}, ValueError, "compact_threshold"),
+    ("compact-threshold-zero", {"compact_threshold": 0.0}, ValueError, "compact_threshold"),
+    ("backend-int", {"backend": 3}, ValueError, "backend"),
+    ("backend-list", {"backend": ["torch"]}, ValueError, "backend"),
+    ("scheduler-list", {"scheduler": ["eqspec"]}, ValueError, "scheduler"),
 ]
 
 
@@ -114,3 +169,25 @@ def test_empty_prompt_list_gives_an_empty_result(models):
         assert counter.calls == 0
     finally:
         counter.close()
+
+
+@pytest.mark.parametrize("temperature", [torch.finfo(torch.float32).tiny, 1e-30, 1e-6])
+def test_smallest_accepted_temperatures_sample_the_greedy_limit(models, temperature):
+    # From the bound up, logits / temperature is computed without overflow (specdec.sampling.processed_probs):
+    # a temperature this small makes every distribution one-hot at the argmax, so sampling is greedy decoding.
+    target, draft = models
+    prompts = [[1, 2, 3], [5], [7, 9]]
+    greedy = SpeculativeDecoder(target, draft, num_draft_tokens=3).generate(prompts, max_new_tokens=6,
+                                                                            eos_token_id=[])
+    sampled = SpeculativeDecoder(target, draft, num_draft_tokens=3).generate(
+        prompts, max_new_tokens=6, eos_token_id=[], do_sample=True, temperature=temperature, seed=0)
+    assert sampled.sequences == greedy.sequences
+
+
+def test_numpy_and_tensor_scalars_are_accepted(models):
+    np = pytest.importorskip("numpy")
+    target, draft = models
+    res = SpeculativeDecoder(target, draft, num_draft_tokens=3).generate(
+        [[1, 2]], max_new_tokens=np.int64(3), batch_size=np.int32(2), do_sample=True, temperature=np.float32(0.7),
+        top_k=np.int64(5), top_p=np.float64(0.9), seed=np.int64(3), eos_token_id=torch.tensor([V - 1]))
+    assert len(res.sequences[0]) <= 3

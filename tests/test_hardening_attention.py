@@ -1,0 +1,179 @@
+"""Models whose attention the engine cannot reproduce are refused in SpeculativeDecoder.__init__, before any
+forward, on every path (target and draft, model drafter, n-gram drafter, autoregressive, EQSPEC, EXSPEC).
+
+The engine hands every forward one explicit 4-D mask of full causal attention over the real columns of a row.
+A sliding-window layer (Mistral's `sliding_window`, Qwen2's `use_sliding_window` + `max_window_layers`,
+`layer_types`, per-layer windows) or an attention implementation that ignores a custom 4-D mask (flash
+attention) would silently decode something else than `target.generate`: the reproducers below show that it did.
+"""
+
+import pytest
+import torch
+from transformers import MistralConfig, MistralForCausalLM
+
+from engine_models import SPEC_SCHEDULERS
+from specdec import SpeculativeDecoder
+from specdec.drafters import ModelDrafter
+from specdec.models import tiny_model
+from specdec.ngram import NgramDrafter
+from specdec.validation import attention_support
+
+V = 64
+
+
+def mistral(window=4, seed=3, **overrides):
+    config = MistralConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                           initializer_range=0.3, tie_word_embeddings=False, sliding_window=window, **overrides)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = MistralForCausalLM(config).float().eval()
+    model.generation_config.eos_token_id = model.generation_config.pad_token_id = None
+    return model
+
+
+def qwen2_sliding(seed=4, sliding=True):
+    # layer 0 full, layer 1 a window of 4: Qwen2's own way of mixing them
+    return tiny_model("qwen2", vocab_size=V, max_positions=256, seed=seed,
+                      config_overrides={"use_sliding_window": sliding, "sliding_window": 4, "max_window_layers": 1})
+
+
+def full(seed=5):
+    return tiny_model("llama", vocab_size=V, max_positions=256, seed=seed)
+
+
+SLIDING = {"mistral-window-4": mistral, "qwen2-sliding-layers": qwen2_sliding}
+# the same weights with full attention
+WITHOUT_WINDOW = {"mistral-window-4": lambda: mistral(None), "qwen2-sliding-layers": lambda: qwen2_sliding(sliding=False)}
+
+
+class ForwardCounter:
+    def __init__(self, *models):
+        self.calls = 0
+        self.handles = [m.register_forward_pre_hook(self._hook) for m in models]
+
+    def _hook(self, module, args):
+        self.calls += 1
+
+    def close(self):
+        for h in self.handles:
+            h.remove()
+
+
+@pytest.mark.parametrize("name", SLIDING)
+def test_sliding_models_really_slide(name):
+    """The premise: on a prompt longer than the window these models' greedy output is not that of the same
+    weights with full attention, which is what an engine building full causal masks computes."""
+    prompt = torch.tensor([list(range(1, 13))])
+    windowed, plain = SLIDING[name](), WITHOUT_WINDOW[name]()
+    assert all(torch.equal(a, b) for a, b in zip(windowed.state_dict().values(), plain.state_dict().values()))
+    assert attention_support(plain) is None and attention_support(windowed) is not None
+    assert not torch.equal(windowed.generate(prompt, do_sample=False, max_new_tokens=8),
+                           plain.generate(prompt, do_sample=False, max_new_tokens=8))
+
+
+def _paths():
+    """(id, target, draft or drafter, scheduler) for every path, with the sliding model as target or draft."""
+    out = []
+    for name, make in SLIDING.items():
+        out.append((f"{name}-target-autoregressive", make, None, "autoregressive"))
+        for scheduler in SPEC_SCHEDULERS:
+            out.append((f"{name}-target-model-draft-{scheduler}", make, full, scheduler))
+            out.append((f"{name}-target-ngram-{scheduler}", make, "ngram", scheduler))
+            out.append((f"{name}-draft-{scheduler}", full, make, scheduler))
+            out.append((f"{name}-in-a-ModelDrafter-{scheduler}", full, ("drafter", make), scheduler))
+    return out
+
+
+@pytest.mark.parametrize("make_target,make_draft,scheduler", [pytest.param(*p[1:], id=p[0]) for p in _paths()])
+def test_sliding_window_refused_on_every_path(make_target, make_draft, scheduler):
+    target = make_target()
+    models = [target]
+    if make_draft is None:
+        draft = None
+    elif make_draft == "ngram":
+        draft = NgramDrafter()
+    elif isinstance(make_draft, tuple):
+        inner = make_draft[1]()
+        models.append(inner)
+        draft = ModelDrafter(inner)
+    else:
+        draft = make_draft()
+        models.append(draft)
+    counter = ForwardCounter(*models)
+    try:
+        with pytest.raises(ValueError, match="sliding") as info:
+            SpeculativeDecoder(target, draft, scheduler=scheduler, num_draft_tokens=3)
+        assert counter.calls == 0
+    finally:
+        counter.close()
+    who = "target" if make_target is not full else "draft"
+    assert f"the {who}" in str(info.value)
+    assert "not supported yet" in str(info.value)
+
+
+@pytest.mark.parametrize("impl", ["flash_attention_2", "flex_attention"])
+def test_attention_implementations_that_ignore_a_4d_mask_are_refused(impl):
+    model = full()
+    model.config._attn_implementation_internal = impl  # what loading with attn_implementation=impl records
+    assert model.config._attn_implementation == impl
+    reason = attention_support(model)
+    assert reason is not None and impl in reason and "sdpa" in reason
+    with pytest.raises(ValueError, match=impl):
+        SpeculativeDecoder(model, None, scheduler="autoregressive")
+    with pytest.raises(ValueError, match=impl):
+        SpeculativeDecoder(full(), model)
+
+
+def test_sdpa_and_eager_full_attention_models_are_supported():
+    for impl in ("sdpa", "eager"):
+        model = full()
+        model.config._attn_implementation_internal = impl
+        assert attention_support(model) is None
+    for family in ("llama", "qwen2", "gpt2"):
+        assert attention_support(tiny_model(family, vocab_size=V)) is None
+
+
+def test_config_forms_of_sliding_attention():
+    """Each way a config says "this layer only sees a window" is caught, and nothing else is."""
+    # Qwen2: use_sliding_window=True but every layer below max_window_layers: no layer slides
+    assert attention_support(tiny_model("qwen2", vocab_size=V, config_overrides={
+        "use_sliding_window": True, "sliding_window": 4, "max_window_layers": 2})) is None
+    # Qwen2: the flag off, the window ignored
+    assert attention_support(tiny_model("qwen2", vocab_size=V, config_overrides={
+        "use_sliding_window": False, "sliding_window": 4, "max_window_layers": 0})) is None
+    reason = attention_support(qwen2_sliding())
+    assert "sliding_attention" in reason and "1 of 2" in reason
+    # Mistral has no flag: a window slides unless it covers every position the model can hold
+    assert "sliding_window=4" in attention_support(mistral(4))
+    assert attention_support(mistral(None)) is None
+    assert attention_support(mistral(256)) is None
+    assert "sliding_window=255" in attention_support(mistral(255))
+    # layer_types naming any other kind of layer
+    model = full()
+    model.config.layer_types = ["full_attention", "chunked_attention"]
+    assert "chunked_attention" in attention_support(model)
+    # per-layer windows as a list
+    model = full()
+    model.config.sliding_window = [None, 8]
+    assert "per-layer sliding windows" in attention_support(model)
+    # GPT-Neo-style local layers
+    model = full()
+    model.config.attention_layers = ["global", "local"]
+    model.config.window_size = 16
+    assert "local" in attention_support(model)
+    # a window only the layers know about
+    model = full()
+    model.model.layers[1].self_attn.sliding_window = 8
+    assert "sliding_window=8" in attention_support(model)
+
+
+def test_supported_models_still_decode():
+    # the refusal must not catch what works: a Mistral without a window decodes exactly
+    model = mistral(None)
+    prompt = [list(range(1, 13))]
+    want = model.generate(torch.tensor(prompt), do_sample=False, max_new_tokens=10)[0, 12:].tolist()
+    for scheduler, draft in (("autoregressive", None), ("eqspec", NgramDrafter()), ("exspec", full())):
+        got = SpeculativeDecoder(model, draft, scheduler=scheduler).generate(prompt, max_new_tokens=10,
+                                                                             eos_token_id=[])
+        assert got.sequences == [want], scheduler
