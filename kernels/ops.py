@@ -13,8 +13,10 @@ from typing import Optional, Sequence
 import torch
 
 from . import backend as _backend
-from .checks import (FLOAT_DTYPES, ValueChecks, check_num_draft, check_rows, describe, expect_device,
-                     expect_shape, expect_tensor, tensor_list, value_checks_enabled)
+from .checks import (FLOAT_DTYPES, ValueChecks, bump_versions, check_fill, check_generator, check_inplace,
+                     cut_history,
+                     check_num_draft, check_rows, describe, expect_device, expect_shape, expect_supported_device,
+                     expect_tensor, tensor_list, value_checks_enabled)
 from .noise import draw_noise
 
 _MODULES = {"torch": "reference", "cpp": "cpp_backend", "triton": "triton_backend"}
@@ -103,6 +105,7 @@ def accept_lengths(matches: torch.Tensor, num_draft: torch.Tensor | None = None,
         int64[B].
     """
     expect_tensor("matches", matches, ndim=2, dtypes=(torch.bool,))
+    expect_supported_device("matches", matches)
     batch, k = matches.shape
     check_num_draft(num_draft, batch, k, matches.device, "matches")
     if value_checks_enabled():
@@ -118,6 +121,7 @@ def accept_lengths(matches: torch.Tensor, num_draft: torch.Tensor | None = None,
 def _check_drafts(draft_tokens, scores: torch.Tensor, scores_name: str, num_draft):
     expect_tensor("draft_tokens", draft_tokens, ndim=2, dtypes=(torch.int64,))
     expect_tensor(scores_name, scores, ndim=3, dtypes=FLOAT_DTYPES)
+    expect_supported_device(scores_name, scores)
     batch, k = draft_tokens.shape
     if scores.shape[0] != batch or scores.shape[1] != k + 1:
         raise ValueError(f"{scores_name} must have shape (B, K+1, V) = ({batch}, {k + 1}, V) to match "
@@ -196,6 +200,7 @@ def rejection_sample(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | Non
             expect_tensor(label, noise, ndim=2, dtypes=(torch.float32,))
             expect_shape(label, noise, shape, "float32 noise")
             expect_device(label, noise, device, "target_probs")
+    check_generator(generator, device, drawing=uniform is None or exponential is None)
     if value_checks_enabled():
         checks = ValueChecks()
         checks.add_num_draft(num_draft, k)
@@ -206,7 +211,8 @@ def rejection_sample(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | Non
         if uniform is not None and uniform.numel():
             checks.add(~((uniform >= 0) & (uniform < 1)).all(), "uniform must lie in [0, 1)")
         if exponential is not None and exponential.numel():
-            checks.add(~(exponential > 0).all(), "exponential must be positive (and not NaN)")
+            checks.add(~((exponential > 0) & (exponential < float("inf"))).all(),
+                       "exponential must be finite and positive (no NaN, 0 or inf)")
         checks.raise_first()
     name = _backend.resolve(backend, device)
     if uniform is None or exponential is None:
@@ -219,12 +225,17 @@ def rejection_sample(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | Non
                                         uniform=uniform, exponential=exponential)
 
 
-def _check_shifted(name: str, tensors, per_row: torch.Tensor, per_row_name: str, dim: int, fill,
+def _check_shifted(op: str, tensors, per_row: torch.Tensor, per_row_name: str, dim: int, fill,
                    length: int | None = None) -> list[torch.Tensor]:
-    tensors = tensor_list(name, tensors)
-    if not isinstance(fill, (int, float, bool)):
-        raise ValueError(f"fill must be a Python number, got {fill!r}")
-    check_rows(name, tensors, per_row.shape[0], dim, per_row.device, per_row_name, length)
+    """Every reason to refuse an in-place call, before anything is written (see checks.check_inplace)."""
+    expect_supported_device(per_row_name, per_row)
+    tensors = tensor_list("tensors", tensors)
+    check_rows("tensors", tensors, per_row.shape[0], dim, per_row.device, per_row_name, length)
+    check_fill(fill, tensors, "tensors")
+    compiling = _compiling()
+    tracked = check_inplace("tensors", tensors, per_row, per_row_name, memory=not compiling)
+    if tracked and not compiling:
+        cut_history(op, "tensors", tensors, tracked)
     return tensors
 
 
@@ -238,19 +249,34 @@ def shift_rows_(tensors: TensorOrList, shifts: torch.Tensor, *, dim: int = -2, f
     Args:
         tensors: a tensor or a list of tensors, each with batch B at dim 0 (for example every layer's keys
             and values [B, H, T, D] and, in a second call with dim=-1, the attention mask [B, T]). They may
-            differ in dtype and length along `dim`, and may be non-contiguous views (writes go through strides).
-        shifts: int64[B].
+            differ in dtype and length along `dim`, and may be strided, transposed or offset views (writes go
+            through the strides). See "Rules" below.
+        shifts: int64[B] (any layout, expanded included).
         dim: the dimension to shift along, the same for every tensor; not the batch dimension.
         fill: the value written into vacated positions.
         backend: backend for this call; default: the process-wide choice.
+
+    Rules (every backend alike, all checked before the first write; a refused call is a ValueError that names
+    the entries and modifies nothing):
+        - the tensors must not share memory with each other or with `shifts`, and none may overlap itself
+          (an expanded view). Disjoint views of one buffer are fine, also when they interleave (layer i and
+          layer j of a [B, layers, H, T, D] slab); passing the whole slab as one tensor is cheaper still.
+        - `fill` must be representable in every tensor's dtype (no overflow; integers for integer dtypes,
+          0/1 for bool).
+        - autograd: every written tensor's version counter is bumped, so a backward that saved one of them
+          raises; while grad mode is on, a leaf that requires grad (or a view of one) is refused, as torch's
+          own in-place ops refuse it, and a tensor that is part of a graph is written but its backward then
+          raises (the op has no derivative). Never a silent wrong gradient.
     """
     expect_tensor("shifts", shifts, ndim=1, dtypes=(torch.int64,))
-    tensors = _check_shifted("tensors", tensors, shifts, "shifts", dim, fill)
+    tensors = _check_shifted("shift_rows_", tensors, shifts, "shifts", dim, fill)
     name = _backend.resolve(backend, shifts.device)
     if _compiling():
         _shift_rows_op(tensors, shifts, dim, float(fill), name)
         return
-    _impl(name).shift_rows_(tensors, shifts, dim=dim, fill=fill)
+    with torch.no_grad():  # the backend's own torch ops are not part of any graph (cut_history says why)
+        _impl(name).shift_rows_(tensors, shifts, dim=dim, fill=fill)
+    bump_versions(tensors)
 
 
 def compact_rows_(tensors: TensorOrList, keep: torch.Tensor, *, dim: int = -2, fill: float = 0,
@@ -262,17 +288,33 @@ def compact_rows_(tensors: TensorOrList, keep: torch.Tensor, *, dim: int = -2, f
     contiguous kept block.
 
     Args:
-        tensors: a tensor or a list of tensors, each with batch B at dim 0 and length T along `dim`.
-        keep: bool[B, T].
+        tensors: a tensor or a list of tensors, each with batch B at dim 0 and length T along `dim` (strided,
+            transposed or offset views are fine; see "Rules" below).
+        keep: bool[B, T] (any layout, expanded included).
         dim: the dimension to compact along; not the batch dimension.
         fill: the value written into the freed front.
         backend: backend for this call; default: the process-wide choice.
     Returns:
         kept: int64[B], the number of kept positions per row.
+
+    Rules (every backend alike, all checked before the first write; a refused call is a ValueError that names
+    the entries and modifies nothing):
+        - the tensors must not share memory with each other or with `keep`, and none may overlap itself
+          (an expanded view). Disjoint views of one buffer are fine, also when they interleave (layer i and
+          layer j of a [B, layers, H, T, D] slab); passing the whole slab as one tensor is cheaper still.
+        - `fill` must be representable in every tensor's dtype (no overflow; integers for integer dtypes,
+          0/1 for bool).
+        - autograd: every written tensor's version counter is bumped, so a backward that saved one of them
+          raises; while grad mode is on, a leaf that requires grad (or a view of one) is refused, as torch's
+          own in-place ops refuse it, and a tensor that is part of a graph is written but its backward then
+          raises (the op has no derivative). Never a silent wrong gradient.
     """
     expect_tensor("keep", keep, ndim=2, dtypes=(torch.bool,))
-    tensors = _check_shifted("tensors", tensors, keep, "keep", dim, fill, length=keep.shape[1])
+    tensors = _check_shifted("compact_rows_", tensors, keep, "keep", dim, fill, length=keep.shape[1])
     name = _backend.resolve(backend, keep.device)
     if _compiling():
         return _compact_rows_op(tensors, keep, dim, float(fill), name)
-    return _impl(name).compact_rows_(tensors, keep, dim=dim, fill=fill)
+    with torch.no_grad():
+        kept = _impl(name).compact_rows_(tensors, keep, dim=dim, fill=fill)
+    bump_versions(tensors)
+    return kept

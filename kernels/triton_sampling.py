@@ -36,7 +36,7 @@ def _argmax_step(x, idx, best, best_idx, nan_idx, AXIS: tl.constexpr):
 
 
 @triton.jit
-def _accept_lengths_kernel(matches_ptr, num_draft_ptr, out_ptr, K, s_mb, s_mk,
+def _accept_lengths_kernel(matches_ptr, num_draft_ptr, out_ptr, K, s_mb, s_mk, s_n,
                            HAS_NUM_DRAFT: tl.constexpr, BLOCK_K: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     first_false = K + 0 * b  # int64 like b
@@ -45,7 +45,7 @@ def _accept_lengths_kernel(matches_ptr, num_draft_ptr, out_ptr, K, s_mb, s_mk,
         m = tl.load(matches_ptr + b * s_mb + ks * s_mk, mask=ks < K, other=1)
         first_false = tl.minimum(first_false, tl.min(tl.where(m == 0, ks, _BIG), axis=0))
     if HAS_NUM_DRAFT:
-        first_false = tl.minimum(first_false, tl.maximum(tl.load(num_draft_ptr + b), 0))
+        first_false = tl.minimum(first_false, tl.maximum(tl.load(num_draft_ptr + b * s_n), 0))
     tl.store(out_ptr + b, first_false.to(tl.int64))
 
 
@@ -59,7 +59,7 @@ def accept_lengths(matches: torch.Tensor, num_draft: torch.Tensor | None = None)
     block, warps = row_blocks(1, k)
     _accept_lengths_kernel[(batch,)](
         m, num_draft if num_draft is not None else out, out, k, m.stride(0), m.stride(1),
-        HAS_NUM_DRAFT=num_draft is not None, BLOCK_K=block, num_warps=warps)
+        num_draft.stride(0) if num_draft is not None else 0, HAS_NUM_DRAFT=num_draft is not None, BLOCK_K=block, num_warps=warps)
     return out
 
 
@@ -72,7 +72,7 @@ def _write_tokens(tokens_ptr, b, slots, K, drafts, a, last):
 
 @triton.jit
 def _verify_greedy_kernel(draft_ptr, logits_ptr, num_draft_ptr, tokens_ptr, accepted_ptr, K, V,
-                          s_db, s_dk, s_lb, s_lk, s_lv, HAS_NUM_DRAFT: tl.constexpr, CDT: tl.constexpr,
+                          s_db, s_dk, s_lb, s_lk, s_lv, s_n, HAS_NUM_DRAFT: tl.constexpr, CDT: tl.constexpr,
                           KP: tl.constexpr, BLOCK_V: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     slots = tl.arange(0, KP).to(tl.int64)
@@ -92,7 +92,7 @@ def _verify_greedy_kernel(draft_ptr, logits_ptr, num_draft_ptr, tokens_ptr, acce
     drafts = tl.load(draft_ptr + b * s_db + slots * s_dk, mask=slots < K, other=-1)
     match = (drafts == pred) & (slots < K)
     if HAS_NUM_DRAFT:
-        match = match & (slots < tl.load(num_draft_ptr + b))
+        match = match & (slots < tl.load(num_draft_ptr + b * s_n))
     a = tl.min(tl.where(match, KP, slots), axis=0)  # slot K never matches, so a <= K
     last = tl.sum(tl.where(slots == a, pred, 0), axis=0)
     _write_tokens(tokens_ptr, b, slots, K, drafts, a, last)
@@ -119,13 +119,13 @@ def verify_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor,
     _verify_greedy_kernel[(batch,)](
         draft_tokens, target_logits, num_draft if num_draft is not None else accepted, tokens, accepted,
         k, vocab, draft_tokens.stride(0), draft_tokens.stride(1), *target_logits.stride(),
-        HAS_NUM_DRAFT=num_draft is not None, CDT=cdt, KP=kp, BLOCK_V=block, num_warps=warps)
+        num_draft.stride(0) if num_draft is not None else 0, HAS_NUM_DRAFT=num_draft is not None, CDT=cdt, KP=kp, BLOCK_V=block, num_warps=warps)
     return tokens, accepted
 
 
 @triton.jit
 def _rejection_sample_kernel(draft_ptr, q_ptr, p_ptr, num_draft_ptr, u_ptr, e_ptr, tokens_ptr, accepted_ptr,
-                             K, V, s_db, s_dk, s_qb, s_qk, s_qv, s_pb, s_pk, s_pv, s_ub, s_uk, s_eb, s_ev,
+                             K, V, s_db, s_dk, s_qb, s_qk, s_qv, s_pb, s_pk, s_pv, s_ub, s_uk, s_eb, s_ev, s_n,
                              HAS_Q: tl.constexpr, HAS_NUM_DRAFT: tl.constexpr, KP: tl.constexpr,
                              BLOCK_V: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
@@ -144,7 +144,7 @@ def _rejection_sample_kernel(draft_ptr, q_ptr, p_ptr, num_draft_ptr, u_ptr, e_pt
     else:
         ok = valid & (u < p_d)
     if HAS_NUM_DRAFT:
-        n = tl.load(num_draft_ptr + b)
+        n = tl.load(num_draft_ptr + b * s_n)
     else:
         n = K + 0 * b
     ok = ok & (slots < n)
@@ -208,6 +208,6 @@ def rejection_sample(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | Non
         draft_tokens, q, target_probs, num_draft if num_draft is not None else accepted, uniform, exponential,
         tokens, accepted, k, vocab, draft_tokens.stride(0), draft_tokens.stride(1), *q_strides,
         *target_probs.stride(), *uniform.stride(), *exponential.stride(),
-        HAS_Q=draft_probs is not None, HAS_NUM_DRAFT=num_draft is not None, KP=next_pow2(k + 1),
+        num_draft.stride(0) if num_draft is not None else 0, HAS_Q=draft_probs is not None, HAS_NUM_DRAFT=num_draft is not None, KP=next_pow2(k + 1),
         BLOCK_V=block, num_warps=warps)
     return tokens, accepted

@@ -27,7 +27,7 @@ _FIELDS = 16  # int64 slots per table row: OFF, N1, N2, N3, SB, S1, S2, S3, T, S
 
 
 @triton.jit
-def _move_rows_kernel(base_ptr, meta_ptr, starts_ptr, shifts_ptr, src_ptr, kept_ptr, s_src,
+def _move_rows_kernel(base_ptr, meta_ptr, starts_ptr, shifts_ptr, src_ptr, kept_ptr, s_shift, s_src, s_src_t,
                       NTP: tl.constexpr, COMPACT: tl.constexpr, FAST: tl.constexpr, VEC: tl.constexpr,
                       BLOCK_T: tl.constexpr, BLOCK_I: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
@@ -60,7 +60,7 @@ def _move_rows_kernel(base_ptr, meta_ptr, starts_ptr, shifts_ptr, src_ptr, kept_
         nblk = tl.where(kept == T, 0, nblk)  # nothing to squeeze out: no work
         backward = kept >= 0
     else:
-        s = tl.load(shifts_ptr + b)
+        s = tl.load(shifts_ptr + b * s_shift)
         nblk = tl.where(s == 0, 0, nblk)
         backward = s > 0
     for k in range(0, nblk):
@@ -69,7 +69,7 @@ def _move_rows_kernel(base_ptr, meta_ptr, starts_ptr, shifts_ptr, src_ptr, kept_
         in_t = u < T
         if COMPACT:
             has = in_t & (u >= lo)
-            src = tl.load(src_ptr + b * s_src + u, mask=has, other=0)
+            src = tl.load(src_ptr + b * s_src + u * s_src_t, mask=has, other=0)
             move = has & (src != u)  # positions that stay put are neither read nor written
             write = in_t & ((u < lo) | (src != u))
         else:
@@ -199,7 +199,7 @@ def _launch(tensors, dim, fill, shifts, src, kept) -> None:
             _plan(tensors, dim, fill).launches:
         _move_rows_kernel[(total,)](
             _bits(tensors[base_index]), table, starts, per_row, per_row, kept if compact else per_row,
-            src.stride(0) if compact else 0, NTP=ntp, COMPACT=compact, FAST=fast, VEC=vec,
+            0 if compact else shifts.stride(0), src.stride(0) if compact else 0, src.stride(1) if compact else 0, NTP=ntp, COMPACT=compact, FAST=fast, VEC=vec,
             BLOCK_T=block_t, BLOCK_I=block_i, num_warps=warps)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import pytest
@@ -94,3 +95,24 @@ def poisoned_outputs():
     outputs.POISON = -7
     yield
     outputs.POISON = None
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """torch.set_num_threads(n) inside the block, the previous count restored after."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def move_backend_params():
+    """(backend, threads) params for the row-move tests: every backend at 1 thread, and cpp again at 2 threads,
+    so that two workers touching one row (a race) can show."""
+    from conftest import backend_params
+    out = [pytest.param(p.values[0], 1, id=p.id, marks=p.marks) for p in backend_params()]
+    cpp = next(p for p in backend_params() if p.values[0] == "cpp")
+    out.append(pytest.param("cpp", 2, id="cpp-2threads", marks=cpp.marks))
+    return out

@@ -4,11 +4,13 @@ per-row loop, neighbours of views untouched, mixed dtypes and lengths in one cal
 import pytest
 import torch
 from conftest import DEVICE, backend_params, run_inplace
+from kernel_cases import move_backend_params, torch_threads
 
 import specdec_kernels as sk
 from specdec_kernels import reference as ref
 
 BACKENDS = backend_params()
+MOVE_BACKENDS = move_backend_params()  # cpp also at 2 threads
 FILL = -7  # vacated positions get a value no input holds, so an unwritten position shows
 
 
@@ -86,24 +88,25 @@ def test_reference_compact_matches_naive_loop(batch, length, inner):
     assert torch.equal(x, want) and torch.equal(kept, keep.sum(1))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend,threads", MOVE_BACKENDS)
 @pytest.mark.parametrize("batch,length,inner", MOVE_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_shift_rows_equals_reference(backend, batch, length, inner, dtype):
+def test_shift_rows_equals_reference(backend, threads, batch, length, inner, dtype):
     gen = torch.Generator().manual_seed(13)
     x = random_tensor((batch, length, *inner), dtype, gen)
     shifts = shifts_for(batch, length, gen)
     fill = True if dtype == torch.bool else FILL
     want = x.clone()
     ref.shift_rows_(want, shifts, dim=1, fill=fill)
-    run_inplace(sk.shift_rows_, x, shifts, dim=1, fill=fill, backend=backend)
+    with torch_threads(threads):
+        run_inplace(sk.shift_rows_, x, shifts, dim=1, fill=fill, backend=backend)
     assert torch.equal(x, want)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend,threads", MOVE_BACKENDS)
 @pytest.mark.parametrize("batch,length,inner", MOVE_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_compact_rows_equals_reference(backend, batch, length, inner, dtype):
+def test_compact_rows_equals_reference(backend, threads, batch, length, inner, dtype):
     gen = torch.Generator().manual_seed(14)
     x = random_tensor((batch, length, *inner), dtype, gen)
     keep = torch.rand(batch, length, generator=gen) < 0.5
@@ -112,25 +115,28 @@ def test_compact_rows_equals_reference(backend, batch, length, inner, dtype):
     fill = False if dtype == torch.bool else FILL
     want = x.clone()
     want_kept = ref.compact_rows_(want, keep, dim=1, fill=fill)
-    kept = run_inplace(sk.compact_rows_, x, keep, dim=1, fill=fill, backend=backend)
+    with torch_threads(threads):
+        kept = run_inplace(sk.compact_rows_, x, keep, dim=1, fill=fill, backend=backend)
     assert torch.equal(kept, want_kept)
     assert torch.equal(x, want)
 
 
 def cache_like(batch, gen, device=torch.device("cpu")):
-    """What the engine shifts: per-layer keys/values as views into bigger buffers, a slab slice, a mask,
-    in several dtypes and lengths, together in one call (built on the CPU, views taken on `device`)."""
+    """What the engine shifts: per-layer keys/values as views into bigger buffers, two disjoint slices of one
+    slab that interleave row by row (layer 1, then layers 2-3 of a [B, layers, H, T, D] slab), a transposed
+    tensor, in several dtypes and lengths, together in one call (built on the CPU, views taken on `device`).
+    The views never share memory: overlapping views are refused (test_ops_contract.py)."""
     buffers = [random_tensor((batch, 2, 40, 4), torch.float32, gen).to(device),
                random_tensor((batch, 2, 40, 4), torch.float16, gen).to(device)]
     slab = random_tensor((batch, 4, 2, 24, 3), torch.bfloat16, gen).to(device)
-    views = [buffers[0][:, :, :29, :], buffers[1][:, :, 5:34, :], slab[:, 1, :, :20, :], slab[:, :, :, :20, :],
+    views = [buffers[0][:, :, :29, :], buffers[1][:, :, 5:34, :], slab[:, 1, :, :20, :], slab[:, 2:, :, :20, :],
              random_tensor((batch, 3, 29, 2), torch.int64, gen).to(device).transpose(1, 3)]  # [B, 2, 29, 3]
     return buffers, slab, views
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend,threads", MOVE_BACKENDS)
 @pytest.mark.parametrize("batch", [1, 6], ids=["B1", "B6"])
-def test_shift_many_views_in_one_call(backend, batch):
+def test_shift_many_views_in_one_call(backend, threads, batch):
     gen = torch.Generator().manual_seed(15 + batch)
     buffers, slab, views = cache_like(batch, gen, DEVICE)
     want_buffers, want_slab, want_views = cache_like(batch, torch.Generator().manual_seed(15 + batch))
@@ -138,7 +144,8 @@ def test_shift_many_views_in_one_call(backend, batch):
     shifts[0] = 2
     ref.shift_rows_(want_views, shifts, dim=-2, fill=FILL)
     shifts = shifts.to(DEVICE)
-    run_inplace(sk.shift_rows_, views, shifts, dim=-2, fill=FILL, backend=backend)
+    with torch_threads(threads):
+        run_inplace(sk.shift_rows_, views, shifts, dim=-2, fill=FILL, backend=backend)
     for got, want in zip(views, want_views):
         assert torch.equal(got.cpu(), want)
     # Everything outside the views (the rest of each buffer) is untouched.
@@ -146,8 +153,8 @@ def test_shift_many_views_in_one_call(backend, batch):
         assert torch.equal(got.cpu(), want)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_compact_many_views_in_one_call(backend):
+@pytest.mark.parametrize("backend,threads", MOVE_BACKENDS)
+def test_compact_many_views_in_one_call(backend, threads):
     gen = torch.Generator().manual_seed(16)
     buffers, slab, views = cache_like(5, gen, DEVICE)
     want_buffers, want_slab, want_views = cache_like(5, torch.Generator().manual_seed(16))
@@ -155,7 +162,8 @@ def test_compact_many_views_in_one_call(backend):
     views, want_views = [views[i] for i in pick], [want_views[i] for i in pick]
     keep = torch.rand(5, 29, generator=gen).to(DEVICE) < 0.4
     want_kept = ref.compact_rows_(want_views, keep.cpu(), dim=-2, fill=FILL)
-    kept = run_inplace(sk.compact_rows_, views, keep, dim=-2, fill=FILL, backend=backend)
+    with torch_threads(threads):
+        kept = run_inplace(sk.compact_rows_, views, keep, dim=-2, fill=FILL, backend=backend)
     assert torch.equal(kept, want_kept)
     for got, want in zip(buffers + [slab] + views, want_buffers + [want_slab] + want_views):
         assert torch.equal(got.cpu(), want)
@@ -173,3 +181,29 @@ def test_mask_and_cache_shift_agree(backend):
     run_inplace(sk.shift_rows_, cache, shifts, dim=-2, fill=0, backend=backend)
     assert mask.sum(1).tolist() == [12, 5, 0, 8]
     assert torch.equal(cache.view(batch, length) != 0, mask.bool() & (cache.view(batch, length) != 0))
+
+
+@pytest.mark.parametrize("backend,threads", MOVE_BACKENDS)
+@pytest.mark.parametrize("op", ["shift", "compact"])
+def test_rows_big_enough_to_split_across_threads(backend, threads, op):
+    """Enough bytes per call (1.5 MiB over 3 tensors) that the cpp backend really hands lines to 2 threads;
+    interleaved slab views and a transposed tensor, so a worker that strayed into another's row would show."""
+    if backend == "triton" and DEVICE.type == "cpu":
+        pytest.skip("the interpreter runs programs one after another: no race to find, and slow at this size")
+    gen = torch.Generator().manual_seed(17)
+    slab = random_tensor((8, 2, 4, 256, 32), torch.float32, gen)
+    other = random_tensor((8, 32, 256, 4), torch.float16, gen).transpose(1, 3)  # [8, 4, 256, 32]
+    want = [slab[:, 0].clone(), slab[:, 1].clone(), other.clone()]
+    got_slab, got_other = slab.to(DEVICE), other.to(DEVICE)  # .to keeps the transposed strides
+    tensors = [got_slab[:, 0], got_slab[:, 1], got_other]
+    with torch_threads(threads):
+        if op == "shift":
+            shifts = torch.tensor([0, 1, 2, 3, 4, -1, 256, -300])
+            ref.shift_rows_(want, shifts, dim=-2, fill=FILL)
+            sk.shift_rows_(tensors, shifts.to(DEVICE), dim=-2, fill=FILL, backend=backend)
+        else:
+            keep = torch.rand(8, 256, generator=gen) < 0.7
+            ref.compact_rows_(want, keep, dim=-2, fill=FILL)
+            sk.compact_rows_(tensors, keep.to(DEVICE), dim=-2, fill=FILL, backend=backend)
+    for g, w in zip(tensors, want):
+        assert torch.equal(g.cpu(), w)
