@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 
 import torch
 
@@ -86,12 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_models(args):
-    """(target, draft model or drafter, tokenizer, description)."""
+    """(target, draft model or drafter, tokenizer, description); no drafter for --scheduler autoregressive."""
     from .ngram import NgramDrafter
     if args.target:
         from .hf_models import cheap_copy, check_tokenizers_match, load_causal_lm
         target, tokenizer = load_causal_lm(args.target, device=args.device)
         name = os.path.basename(os.path.normpath(args.target))
+        if args.scheduler == "autoregressive":
+            return target, None, tokenizer, f"{name}, no drafter"
         if args.drafter == "ngram":
             return target, NgramDrafter(), tokenizer, f"{name} + n-gram drafter"
         if args.draft:
@@ -122,9 +125,10 @@ def cmd_run(args) -> dict:
     from .check import check_against_greedy
     from .engine import SpeculativeDecoder
     from .prompts import load_prompts
+    texts = load_prompts(args.prompts, args.limit)  # a bad prompts file is an error before any model work
     torch.set_num_threads(args.threads)
     target, draft, tokenizer, description = load_models(args)
-    ids = encode(tokenizer, load_prompts(args.prompts, args.limit), not args.no_chat_template)
+    ids = encode(tokenizer, texts, not args.no_chat_template)
     kwargs = {"realign": args.realign} if args.realign else {}
     if args.scheduler == "exspec":
         kwargs["window"] = args.window
@@ -137,8 +141,6 @@ def cmd_run(args) -> dict:
     summary = run_summary(f"{args.scheduler} ({description})", result.stats, args.threads)
     checks = None
     if args.check:
-        if args.do_sample:
-            raise ValueError("--check compares with greedy decoding: drop --do-sample")
         checks = check_against_greedy(target, ids, result.sequences, args.max_new_tokens, result.stats.get("eos"))
         summary["exact"] = sum(c["exact"] for c in checks) / len(checks)
     print(format_runs([summary]))
@@ -147,10 +149,134 @@ def cmd_run(args) -> dict:
     if checks is not None:
         _print_checks(checks)
     if args.json_out:
-        os.makedirs(os.path.dirname(args.json_out) or ".", exist_ok=True)
-        with open(args.json_out, "w") as f:
-            json.dump({"summary": summary, "checks": checks, "sequences": result.sequences}, f, indent=1)
+        write_json(args.json_out, {"summary": summary, "checks": checks, "sequences": result.sequences}, "--json")
     return summary
+
+
+def write_json(path: str, data, flag: str = "--json") -> None:
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(data, f, indent=1)
+    except OSError as e:
+        raise ValueError(f"{flag} {path!r} cannot be written ({e.strerror or e})") from None
+
+
+# ------------------------------------------------------------------------------------------- argument checks
+def check_args(args) -> None:
+    """Every flag of a parsed command line, checked before any model work: a ValueError naming the flag."""
+    _at_least(args.threads, 1, "--threads")
+    if args.command == "run":
+        _check_run(args)
+    elif args.command == "demo":
+        _check_backend(args.backend, torch.device("cpu"))
+        check_output(args.json_out, "--json")
+    elif args.command == "real-demo":
+        _at_least(args.limit, 1, "--limit")
+        _at_least(args.max_new_tokens, 0, "--max-new-tokens")
+        _check_prompts(args.prompts)
+        check_output(args.json_out, "--json")
+    elif args.command == "ablate":
+        check_device(args.device)
+        if args.max_new_tokens is not None:
+            _at_least(args.max_new_tokens, 1, "--max-new-tokens")
+        _check_prompts(args.prompts)
+        check_output(args.json_out, "--json")
+        check_output(args.plot, "--plot")
+
+
+def _check_run(args) -> None:
+    from .sampling import SamplingConfig
+    from .validation import check_seed
+    for value, low, flag in ((args.batch_size, 1, "--batch-size"), (args.window, 1, "--window"),
+                             (args.num_draft_tokens, 1, "--num-draft-tokens"),
+                             (args.max_new_tokens, 0, "--max-new-tokens"), (args.show, 0, "--show")):
+        _at_least(value, low, flag)
+    if args.limit is not None:
+        _at_least(args.limit, 1, "--limit")
+    try:
+        SamplingConfig(args.do_sample, args.temperature, args.top_k, args.top_p)
+        check_seed(args.seed)
+    except ValueError as e:
+        message = str(e)
+        for name in ("temperature", "top_k", "top_p", "seed"):
+            if message.startswith(name):
+                message = "--" + name.replace("_", "-") + message[len(name):]
+        raise ValueError(message) from None
+    if args.check and args.do_sample:
+        raise ValueError("--check compares with greedy decoding: drop --do-sample")
+    if args.draft and not args.target:
+        raise ValueError("--draft needs --target (the embedded pair brings its own draft)")
+    device = check_device(args.device)
+    _check_backend(args.backend, device)
+    check_output(args.json_out, "--json")
+
+
+def _at_least(value: int, low: int, flag: str) -> None:
+    if value < low:
+        raise ValueError(f"{flag} must be >= {low}, got {value}")
+
+
+def check_device(name: str) -> torch.device:
+    """The torch.device for --device, refused unless it exists here and holds data (not meta)."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        raise ValueError(f"--device {name!r} is not a device name (cpu, cuda, cuda:1, ...)") from None
+    if device.type == "cpu":
+        return device
+    if device.type == "meta":
+        raise ValueError("--device meta holds no data (meta tensors have shapes but no storage), so nothing can "
+                         "be decoded there; use --device cpu or cuda")
+    backend = getattr(torch, device.type, None)
+    is_available = getattr(backend, "is_available", None)
+    if not callable(is_available) or not is_available():
+        extra = f" (this torch {torch.__version__} has CUDA {torch.version.cuda})" if device.type == "cuda" else ""
+        raise ValueError(f"--device {name}: {device.type} is not available here{extra}; use --device cpu")
+    count = getattr(backend, "device_count", None)
+    if device.index is not None and callable(count) and device.index >= count():
+        raise ValueError(f"--device {name}: there are only {count()} {device.type} device(s) here")
+    return device
+
+
+def _check_backend(name: str | None, device: torch.device) -> None:
+    import specdec_kernels as sk
+    if name is None or name == "auto":
+        return
+    reason = sk.unavailable_reason(name, device)
+    if reason:
+        raise ValueError(f"--backend {name} cannot run on {device.type}: {reason}")
+
+
+def check_output(path: str | None, flag: str) -> None:
+    """Refuse an output path that cannot be written, now rather than after the run. Leaves nothing behind:
+    an existing file is opened for appending (not changed), a new one is probed with a temporary file in the
+    nearest folder that exists (the folders on the way are made when the file is written)."""
+    if not path:
+        return
+    if os.path.isdir(path):
+        raise ValueError(f"{flag} {path!r} is a folder; give a file path")
+    folder = os.path.dirname(os.path.abspath(path))
+    existing = folder
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ValueError(f"{flag} {path!r} cannot be written: {existing!r} is a file, not a folder")
+    try:
+        if os.path.exists(path):
+            with open(path, "a"):
+                pass
+        else:
+            with tempfile.TemporaryFile(dir=existing):
+                pass
+    except OSError as e:
+        raise ValueError(f"{flag} {path!r} cannot be written ({e.strerror or e})") from None
+
+
+def _check_prompts(path: str | None) -> None:
+    if path is not None:
+        from .prompts import load_prompts
+        load_prompts(path)
 
 
 def _print_checks(checks: list[dict]) -> None:
@@ -176,6 +302,7 @@ def _progress(total: int):
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_args(args)
         if args.command == "run":
             cmd_run(args)
         elif args.command == "demo":
