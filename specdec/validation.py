@@ -19,8 +19,9 @@ def output_vocab(model) -> int:
 
 
 # Attention implementations that apply the engine's explicit 4-D mask (padding, holes, causality per row) as given.
-# flash_attention_* take only a 2-D padding mask and assume contiguous rows; flex_attention and the paged/kernel
-# variants build their own block masks: none of them would see the engine's holes and per-row offsets.
+# flash_attention_* take only a 2-D padding mask and assume contiguous rows; flex_attention adds a tensor mask to
+# the scores (a boolean one as 0/1, transformers.integrations.flex_attention) rather than masking with it; the
+# paged and kernel variants build their own masks: none of them would honour the engine's holes and offsets.
 MASKED_ATTENTION = ("sdpa", "eager")
 
 
@@ -60,8 +61,9 @@ def attention_support(model) -> str | None:
     missing = []
     impl = getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
     if impl is not None and impl not in MASKED_ATTENTION:
-        missing.append(f"its attention implementation {impl!r} does not apply a custom 4-D attention mask, which "
-                       f"the engine passes every forward; load it with attn_implementation='sdpa' (or 'eager')")
+        missing.append(f"its attention implementation {impl!r} does not apply the custom 4-D attention mask the "
+                       f"engine passes every forward (only {' and '.join(MASKED_ATTENTION)} do); load it with "
+                       f"attn_implementation='sdpa' (or 'eager')")
     types = getattr(text, "layer_types", None)
     if types is not None:
         other = [t for t in types if t != "full_attention"]
@@ -81,11 +83,18 @@ def attention_support(model) -> str | None:
             missing.append(f"per-layer sliding windows (sliding_window={list(window)})")
     elif (_window_binds(window, limit) and getattr(text, "use_sliding_window", True) is not False
           and not (types is not None and per_layer)):
-        # Applied to every layer: Mistral-style. (Where layer_types exist and the layers carry their own
-        # windows, layer_types decide, checked above; Qwen2's max_window_layers is how it derives them.)
-        missing.append(f"every layer attends to a sliding window (sliding_window={window}, below the position "
-                       f"limit of {limit})" if limit is not None else
-                       f"every layer attends to a sliding window (sliding_window={window})")
+        # Where layer_types exist and the layers carry their own windows, layer_types decide (checked above;
+        # Qwen2 derives them from max_window_layers). Without layer_types, a Qwen2-style max_window_layers says
+        # which layers slide (those from it on); else the window applies to every layer (Mistral-style).
+        first = getattr(text, "max_window_layers", None)
+        layers = getattr(text, "num_hidden_layers", None)
+        below = f", below the position limit of {limit}" if limit is not None else ""
+        if types is None and isinstance(first, int) and isinstance(layers, int):
+            if first < layers:
+                missing.append(f"{layers - max(first, 0)} of {layers} layers attend to a sliding window "
+                               f"(use_sliding_window, sliding_window={window}{below}, max_window_layers={first})")
+        else:
+            missing.append(f"every layer attends to a sliding window (sliding_window={window}{below})")
     binding = sorted({w for w in per_layer.values() if _window_binds(w, limit)}, key=str)
     if binding and not any("sliding" in m for m in missing):
         layers = [name for name, w in per_layer.items() if _window_binds(w, limit)]

@@ -44,7 +44,8 @@ def full(seed=5):
 
 SLIDING = {"mistral-window-4": mistral, "qwen2-sliding-layers": qwen2_sliding}
 # the same weights with full attention
-WITHOUT_WINDOW = {"mistral-window-4": lambda: mistral(None), "qwen2-sliding-layers": lambda: qwen2_sliding(sliding=False)}
+WITHOUT_WINDOW = {"mistral-window-4": lambda: mistral(None),
+                  "qwen2-sliding-layers": lambda: qwen2_sliding(sliding=False)}
 
 
 class ForwardCounter:
@@ -149,6 +150,13 @@ def test_config_forms_of_sliding_attention():
     assert attention_support(mistral(None)) is None
     assert attention_support(mistral(256)) is None
     assert "sliding_window=255" in attention_support(mistral(255))
+    # a Qwen2-style config without layer_types: max_window_layers says which layers slide
+    model = full()
+    model.config.layer_types = None
+    model.config.update({"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1})
+    assert "1 of 2 layers" in attention_support(model) and "max_window_layers=1" in attention_support(model)
+    model.config.max_window_layers = 2
+    assert attention_support(model) is None
     # layer_types naming any other kind of layer
     model = full()
     model.config.layer_types = ["full_attention", "chunked_attention"]
