@@ -18,7 +18,7 @@ import torch
 
 import specdec_kernels as sk
 from specdec import SpeculativeDecoder
-from specdec.demo_models import build_default_pair
+from specdec.models.demo import build_default_pair
 
 
 class ForwardClock:
@@ -55,7 +55,8 @@ def main():
     results = {c: [] for c in configs}
     for _ in range(args.rounds):  # interleaved rounds, medians: the machine is shared
         for backend, realign in configs:
-            dec = SpeculativeDecoder(target, draft, num_draft_tokens=4, backend=backend, realign=realign)
+            dec = SpeculativeDecoder(target, draft, num_draft_tokens=4, backend=backend, realign=realign,
+                                     adaptive=False)
             clock.seconds = 0.0
             res = dec.generate(prompts, max_new_tokens=args.new, batch_size=8)
             s = res.stats

@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 .venv/bin/python bench/realign_mask.py                    # the setting
     OMP_NUM_THREADS=1 .venv/bin/python bench/realign_mask.py --thresholds 0.1 0.25 0.5 --backends cpp
 
-Demo pair (specdec.demo_models.build_default_pair), the 24 shipped prompts, batch 8, K=4, 256 new tokens,
+Demo pair (specdec.models.demo.build_default_pair), the 24 shipped prompts, batch 8, K=4, 256 new tokens,
 greedy, one thread. Each configuration runs --repeat times, interleaved, and the best run (by total seconds)
 is reported, which on a shared machine is the least disturbed one. Every run's output is checked against the
 first shift run's (mask must not change a token).
@@ -21,8 +21,8 @@ import types
 import torch
 
 from specdec import SpeculativeDecoder
-from specdec.batch import RaggedKV
-from specdec.demo_models import build_default_pair, shipped_prompts
+from specdec.kv.ragged import RaggedKV
+from specdec.models.demo import build_default_pair, shipped_prompts
 
 
 def main(argv=None) -> int:
@@ -69,7 +69,8 @@ def main(argv=None) -> int:
     for _ in range(args.repeat):
         for backend, realign, threshold in configs:
             extra = {} if threshold is None else {"compact_threshold": threshold}
-            dec = SpeculativeDecoder(target, draft, num_draft_tokens=args.k, backend=backend, realign=realign, **extra)
+            dec = SpeculativeDecoder(target, draft, num_draft_tokens=args.k, backend=backend, realign=realign,
+                                     adaptive=False, **extra)
             columns.clear()
             res = dec.generate(ids, max_new_tokens=args.max_new, batch_size=args.batch)
             for name, model in (("target", target), ("draft", draft)):

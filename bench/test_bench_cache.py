@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from specdec.cache import SlabCache
+from specdec.kv.slab import SlabCache
 
 LAYERS, BATCH, HEADS, DIM, NEW = 24, 8, 4, 64, 5
 LENGTHS = [128, 1024, 4096]

@@ -25,7 +25,7 @@ def ops_table(path):
 
 
 def demo_table(path):
-    from specdec.report import format_runs
+    from specdec.apps.report import format_runs
     data = json.load(open(path))
     return f"```\n{data['header']}\n```\n\n" + format_runs(data["rows"], baseline=data["rows"][0]["tokens_per_s"])
 
@@ -47,7 +47,7 @@ def ablation_table(path):
 
 
 def real_demo_table(path):
-    from specdec.report import format_runs
+    from specdec.apps.report import format_runs
     data = json.load(open(path))
     rows = data["rows"]
     for r in rows:

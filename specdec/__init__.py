@@ -1,12 +1,21 @@
-"""specdec: batch speculative decoding engines (EQSPEC, EXSPEC) on Hugging Face models."""
+"""specdec: batch speculative decoding (EQSPEC, EXSPEC) on Hugging Face models, exact with respect to plain decoding.
 
-from .batch import RaggedKV
-from .cache import SlabCache
-from .drafters import Drafter, ModelDrafter, Proposal
-from .engine import GenerationResult, SpeculativeDecoder
-from .ngram import NgramDrafter
+The package in layers, each importing only the ones above it in this list:
+    kv/          KV state: the slab cache, a right-aligned ragged batch, EXSPEC's slot pool, the step handle
+    drafting/    the drafter protocol, a draft model over its KV lane, prompt-lookup n-grams
+    scheduling/  the decode loop, EQSPEC and EXSPEC as its batch sources, the speculation controller
+    decoder.py   SpeculativeDecoder: the facade
+    apps/        the CLI, demos, ablation, reports (use the layers, never used by them)
+    models/      model factories for tests and demos (tiny offline models, the demo pair, local HF folders)
+sampling.py, timing.py and validation.py are shared utilities of the core layers.
+"""
+
+from .decoder import GenerationResult, SpeculativeDecoder
+from .drafting import Drafter, ModelDrafter, NgramDrafter, Proposal
+from .kv import RaggedKV, SlabCache
 from .sampling import SamplingConfig, processed_probs
+from .scheduling import SpeculationController
 from .timing import PHASES, PhaseTimer
 
-__all__ = ["Drafter", "GenerationResult", "ModelDrafter", "NgramDrafter", "PHASES", "PhaseTimer", "Proposal", "RaggedKV",
-           "SamplingConfig", "SlabCache", "SpeculativeDecoder", "processed_probs"]
+__all__ = ["Drafter", "GenerationResult", "ModelDrafter", "NgramDrafter", "PHASES", "PhaseTimer", "Proposal",
+           "RaggedKV", "SamplingConfig", "SlabCache", "SpeculationController", "SpeculativeDecoder", "processed_probs"]

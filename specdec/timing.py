@@ -25,6 +25,7 @@ class PhaseTimer:
         self._t0: float | None = None
         self.total = 0.0
         self.inner: dict[str, float] = {}  # time of named work inside phases (e.g. prefill inside schedule)
+        self._given: list[float] = []  # per open phase block: time its nested phases took
 
     def _wait(self) -> None:
         if self.sync and self._device.type == "cuda":
@@ -41,24 +42,33 @@ class PhaseTimer:
             self._t0 = None
 
     @contextlib.contextmanager
-    def _timed(self, table: dict[str, float], name: str) -> Iterator[None]:
+    def _timed(self, table: dict[str, float], name: str, nests: bool) -> Iterator[None]:
         self._wait()
         t = time.perf_counter()
+        if nests:
+            self._given.append(0.0)
         try:
             yield
         finally:
             self._wait()
-            table[name] = table.get(name, 0.0) + time.perf_counter() - t
+            elapsed = time.perf_counter() - t
+            if nests:
+                elapsed_own = elapsed - self._given.pop()
+                if self._given:  # a phase inside a phase: the enclosing one gives this time away
+                    self._given[-1] += elapsed
+                elapsed = elapsed_own
+            table[name] = table.get(name, 0.0) + elapsed
 
     def phase(self, name: str):
-        """Charge the block's time to phase `name`."""
+        """Charge the block's time to phase `name`. Inside another phase's block, the time moves from that
+        phase to this one (a scheduler's realignment inside its batch building, say)."""
         if name not in self.seconds:
             raise ValueError(f"unknown phase {name!r}; phases are {PHASES}")
-        return self._timed(self.seconds, name)
+        return self._timed(self.seconds, name, nests=True)
 
     def within(self, name: str):
         """Account a piece of work inside the current phase under its own name too; phases are unchanged."""
-        return self._timed(self.inner, name)
+        return self._timed(self.inner, name, nests=False)
 
     def report(self) -> dict[str, float]:
         """Seconds per phase; "other" is whatever the named phases did not cover, so the phases add up to
@@ -66,3 +76,36 @@ class PhaseTimer:
         out = dict(self.seconds)
         out["other"] = max(0.0, self.total - sum(v for k, v in out.items() if k != "other"))
         return out
+
+
+class ForwardClock:
+    """Times single model forwards for the speculation controller without adding device syncs: on CPU the wall
+    time, at once; on CUDA a pair of events around the forward, read by `collect()` after the step's own sync
+    (an event that has not completed yet is read at a later step)."""
+
+    def __init__(self, device: torch.device | str = "cpu"):
+        self.cuda = torch.device(device).type == "cuda"
+        self._pending: list = []
+
+    @contextlib.contextmanager
+    def measure(self, tokens: int, sink) -> Iterator[None]:
+        """Time the block as one forward over `tokens` query tokens; sink(tokens, seconds) gets the result."""
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self._pending.append((start, end, tokens, sink))
+            return
+        t = time.perf_counter()
+        yield
+        sink(tokens, time.perf_counter() - t)
+
+    def collect(self) -> None:
+        waiting = []
+        for start, end, tokens, sink in self._pending:
+            if end.query():
+                sink(tokens, start.elapsed_time(end) / 1e3)
+            else:
+                waiting.append((start, end, tokens, sink))
+        self._pending = waiting

@@ -1,4 +1,5 @@
-"""Argument checks for SpeculativeDecoder. Everything is checked before anything is decoded."""
+"""Argument checks for SpeculativeDecoder and which models the engine supports. Everything is checked before
+anything is decoded."""
 
 from __future__ import annotations
 
@@ -7,15 +8,7 @@ from typing import Sequence
 
 import torch
 
-from .models import max_positions
-
-
-def _device(model) -> torch.device:
-    return next(model.parameters()).device
-
-
-def output_vocab(model) -> int:
-    return model.get_output_embeddings().weight.shape[0]
+from .kv.geometry import max_positions, model_device, output_vocab, text_config
 
 
 # Attention implementations that apply the engine's explicit 4-D mask (padding, holes, causality per row) as given.
@@ -23,11 +16,6 @@ def output_vocab(model) -> int:
 # the scores (a boolean one as 0/1, transformers.integrations.flex_attention) rather than masking with it; the
 # paged and kernel variants build their own masks: none of them would honour the engine's holes and offsets.
 MASKED_ATTENTION = ("sdpa", "eager")
-
-
-def _text_config(model):
-    config = model.config
-    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
 
 
 def _window_binds(window, limit) -> bool:
@@ -56,7 +44,7 @@ def attention_support(model) -> str | None:
     config = getattr(model, "config", None)
     if config is None:
         return None
-    text = _text_config(model)
+    text = text_config(model.config)
     limit = max_positions(model)
     missing = []
     impl = getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
@@ -119,7 +107,7 @@ def check_attention(model, name: str) -> None:
 
 def check_models(target, draft) -> None:
     """A draft model for `target`: one device, one vocabulary, and attention the engine supports."""
-    td, dd = _device(target), _device(draft)
+    td, dd = model_device(target), model_device(draft)
     if td != dd:
         raise ValueError(f"the target is on {td} but the draft is on {dd}; put both on one device")
     tv, dv = output_vocab(target), output_vocab(draft)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import functools
+import math
+import random
 
 import torch
 
 from specdec import SpeculativeDecoder
 from specdec.models import agreeing_draft, tiny_model, unrelated_draft
+from specdec.scheduling.control import Plan, SpeculationController
 
 VOCAB = 256
 
@@ -15,10 +18,39 @@ VOCAB = 256
 SPEC_SCHEDULERS = ("eqspec", "exspec")
 
 
-def decoder(target_model, drafter, scheduler: str = "eqspec", window: int | None = None, **kwargs):
-    """A SpeculativeDecoder; for EXSPEC, `window` (default 32) is its pool size."""
+# How a test decoder chooses its widths: "fixed" K every step (the mechanics under test run every step),
+# "scripted" (a seeded mix of plain steps and every width: a draft model skips steps and catches up), or
+# "adaptive" (the real controller, from measured costs: on these tiny models it mostly decodes plainly).
+CONTROLS = ("fixed", "scripted", "adaptive")
+
+
+class ScriptedController(SpeculationController):
+    """Widths from a seeded script whatever the costs: about a third of the steps plain, the rest of every width
+    up to K + 1. Exactness must not depend on which widths a controller picks."""
+
+    def __init__(self, k: int, seed: int = 0, plain_share: float = 0.35):
+        super().__init__(k)
+        self.rng = random.Random(seed)
+        self.plain_share = plain_share
+
+    def plan(self, rows, keys, *, catch_up: int = 0, horizon: float = math.inf) -> Plan:
+        offer = [min(len(k), self.k) for k in keys]
+        width = 1 if self.rng.random() < self.plain_share else self.rng.randint(2, self.k + 1)
+        width = min(width, max(offer, default=0) + 1)
+        return self._finish(Plan(width, [min(n, width - 1) for n in offer], 0.0, 0.0), rows, keys)
+
+    def keep_drafting(self, plan, drafted, keys, position_keys) -> bool:
+        return drafted < plan.width - 1
+
+
+def decoder(target_model, drafter, scheduler: str = "eqspec", window: int | None = None, control: str = "fixed",
+            **kwargs):
+    """A SpeculativeDecoder; for EXSPEC, `window` (default 32) is its pool size; control: see CONTROLS."""
     if scheduler == "exspec" and window is not None:
         kwargs["window"] = window
+    if control == "scripted":
+        kwargs["controller"] = ScriptedController(kwargs.get("num_draft_tokens", 4), seed=len(kwargs))
+    kwargs.setdefault("adaptive", control == "adaptive")
     return SpeculativeDecoder(target_model, drafter, scheduler=scheduler, **kwargs)
 
 

@@ -7,7 +7,7 @@ from transformers import DynamicCache
 
 from conftest import backend_params
 from specdec import SlabCache
-from specdec.batch import RaggedKV
+from specdec.kv.ragged import RaggedKV
 from specdec.models import tiny_model
 
 FAMILIES = ["llama", "qwen2", "gpt2"]
@@ -86,10 +86,11 @@ def test_realigned_rows_continue_like_each_row_alone(family, backend):
     state, _ = RaggedKV.prefill(model, prompts, 4, backend=backend)
     block = torch.randint(0, 128, (4, 4), generator=torch.Generator().manual_seed(5))
     state.forward(block)
-    drop = torch.tensor([3, 0, 1, 2])
+    drop = [3, 0, 1, 2]
     shifts = state.drop_and_align(drop)
-    assert shifts.tolist() == [3, 0, 1, 2]
-    assert state.seq_len.tolist() == [len(p) + 4 - d for p, d in zip(prompts, drop.tolist())]
+    assert shifts == [3, 0, 1, 2]
+    assert state.seq_len.tolist() == [len(p) + 4 - d for p, d in zip(prompts, drop)]
+    assert state.lengths == state.seq_len.tolist()  # the host copy agrees
     nxt = torch.randint(0, 128, (4, 2), generator=torch.Generator().manual_seed(6))
     got = state.forward(nxt)
     for b, p in enumerate(prompts):

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import specdec_kernels as sk
-from specdec import cli
-from specdec.ablation import run_ablation
-from specdec.cli import main
-from specdec.prompts import load_prompts
+from specdec.apps import cli
+from specdec.apps.ablation import run_ablation
+from specdec.apps.cli import main
+from specdec.apps.prompts import load_prompts
 
 
 @pytest.mark.parametrize("content,message", [
@@ -84,13 +84,13 @@ def no_model_work(monkeypatch):
     """Every way the CLI starts model work raises: a refused command line must stop before it."""
     def refuse(*args, **kwargs):
         raise AssertionError("model work started before the command line was checked")
-    import specdec.ablation
-    import specdec.demo
-    import specdec.real_demo
+    import specdec.apps.ablation
+    import specdec.apps.demo
+    import specdec.apps.real_demo
     monkeypatch.setattr(cli, "load_models", refuse)
-    monkeypatch.setattr(specdec.demo, "run_demo", refuse)
-    monkeypatch.setattr(specdec.real_demo, "run_real_demo", refuse)
-    monkeypatch.setattr(specdec.ablation, "run_ablation", refuse)
+    monkeypatch.setattr(specdec.apps.demo, "run_demo", refuse)
+    monkeypatch.setattr(specdec.apps.real_demo, "run_real_demo", refuse)
+    monkeypatch.setattr(specdec.apps.ablation, "run_ablation", refuse)
 
 
 def _bad_flag_cases():

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from specdec.control import AcceptanceTable, ForwardCosts, SpeculationController
+from specdec.scheduling.control import AcceptanceTable, ForwardCosts, SpeculationController
 
 K = 4
 

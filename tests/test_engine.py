@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from conftest import backend_params
-from engine_models import SPEC_SCHEDULERS, decoder, draft, prompts, reference, target
+from engine_models import CONTROLS, SPEC_SCHEDULERS, decoder, draft, prompts, reference, target
 from specdec import SpeculativeDecoder
 from specdec.models import tiny_model
-from specdec.ngram import NgramDrafter
+from specdec.drafting.ngram import NgramDrafter
 
 LONG_MIX = (1, 100, 7, 33, 2, 64, 15, 4, 51, 9, 1, 27)
 
@@ -35,23 +35,36 @@ CASES = [
 
 
 def _run(family, kind, batch_size, k, lengths, max_new, seed, backend="torch", eos=None, scheduler="eqspec",
-         realign="shift"):
+         realign="shift", control="fixed"):
     ps = prompts(lengths, seed)
     dec = decoder(target(family), draft(family, kind), scheduler, window=2 * batch_size, num_draft_tokens=k,
-                  backend=backend, realign=realign)
+                  backend=backend, realign=realign, control=control)
     res = dec.generate(ps, max_new_tokens=max_new, batch_size=batch_size, eos_token_id=[] if eos is None else eos)
     return ps, res
 
 
-@pytest.mark.parametrize("realign", ["shift", "mask"])
+# the real controller on shift only: on these tiny models it soon decodes plainly, so mask adds nothing there
+REALIGN_CONTROL = [pytest.param(r, c, id=f"{r}-{c}") for r in ("shift", "mask") for c in CONTROLS
+                   if not (r == "mask" and c == "adaptive")]
+
+
+@pytest.mark.parametrize("realign,control", REALIGN_CONTROL)
 @pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
 @pytest.mark.parametrize("family,kind,batch_size,k,lengths,max_new,seed",
                          [pytest.param(*c[1:], id=c[0]) for c in CASES])
-def test_greedy_equals_target_generate(family, kind, batch_size, k, lengths, max_new, seed, scheduler, realign):
-    ps, res = _run(family, kind, batch_size, k, lengths, max_new, seed, scheduler=scheduler, realign=realign)
+def test_greedy_equals_target_generate(family, kind, batch_size, k, lengths, max_new, seed, scheduler, realign,
+                                       control):
+    ps, res = _run(family, kind, batch_size, k, lengths, max_new, seed, scheduler=scheduler, realign=realign,
+                   control=control)
     assert res.sequences == reference(family, ps, max_new)
     stats = res.stats
     assert stats["new_tokens"] == len(ps) * max_new
+    if control != "fixed":
+        assert stats["steps"] == sum(stats["width_histogram"])
+        if control == "scripted":  # the draft model sat steps out and caught up on them, exactly
+            assert stats["plain_steps"] > 0 and stats["resumed_columns"] > 0
+            assert sum(stats["width_histogram"][1:]) > 0, "no step speculated"
+        return
     assert stats["drafted"] == k * sum(stats["accept_histogram"])
     if kind == "agree":
         assert stats["accept_histogram"][k] > 0, "no step accepted all K drafts (the no-re-prefill path)"
@@ -60,14 +73,15 @@ def test_greedy_equals_target_generate(family, kind, batch_size, k, lengths, max
             assert stats["ragged_steps"] > 0, "rows never accepted different lengths in one step"
 
 
+@pytest.mark.parametrize("control", ["fixed", "scripted"])
 @pytest.mark.parametrize("realign", ["shift", "mask"])
 @pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
 @pytest.mark.parametrize("backend", backend_params())
-def test_greedy_every_backend(backend, scheduler, realign):
+def test_greedy_every_backend(backend, scheduler, realign, control):
     # The interpreter makes triton slow on CPU: one mid-size ragged case with eviction for every backend.
     lengths = (9, 1, 30, 4, 17)
     ps, res = _run("llama", "agree", 3, 4, lengths, 16, seed=12, backend=backend, scheduler=scheduler,
-                   realign=realign)
+                   realign=realign, control=control)
     assert res.sequences == reference("llama", ps, 16)
     assert res.stats["ragged_steps"] > 0
     assert res.stats["backend"] == backend
@@ -158,18 +172,22 @@ def test_string_prompts_with_a_tokenizer(scheduler):
     assert res.sequences == reference("llama", [list(b"hello"), list(b"a")], 8)
     assert res.texts == [ByteTokenizer().decode(s) for s in res.sequences]
 
+@pytest.mark.parametrize("control", ["fixed", "scripted"])
 @pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
-def test_draft_equal_to_target_accepts_everything(family, scheduler):
+def test_draft_equal_to_target_accepts_everything(family, scheduler, control):
     # Greedy output is right whatever the draft proposes, so this is what checks the draft's own cache
-    # bookkeeping (prev/last, realignment, refill, the all-accepted step without re-prefill): a draft that is
-    # the target must have every proposal accepted.
+    # bookkeeping (prev/last, realignment, refill, the all-accepted step without re-prefill, catching up on the
+    # steps it sat out): a draft that is the target must have every proposal accepted.
     ps = prompts((5, 1, 38, 12, 3, 21), seed=60)
-    dec = decoder(target(family), target(family), scheduler, window=4, num_draft_tokens=4)
+    dec = decoder(target(family), target(family), scheduler, window=4, num_draft_tokens=4, control=control)
     res = dec.generate(ps, max_new_tokens=25, batch_size=3, eos_token_id=[])
     assert res.sequences == reference(family, ps, 25)
     assert res.stats["acceptance_rate"] == 1.0
-    assert res.stats["accept_histogram"][:4] == [0, 0, 0, 0]
+    if control == "fixed":
+        assert res.stats["accept_histogram"][:4] == [0, 0, 0, 0]
+    else:
+        assert res.stats["resumed_columns"] > 0 and res.stats["plain_steps"] > 0
 
 
 @pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
@@ -195,18 +213,21 @@ def test_ngram_drafter_ragged_num_draft(scheduler):
     assert 5 in widths and any(1 < w < 5 for w in widths), sorted(set(widths))
 
 
+@pytest.mark.parametrize("control", ["fixed", "scripted"])
 @pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
 @pytest.mark.parametrize("realign", ["shift", "mask", "paper"])
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_every_realign_mode_is_exact(family, realign, scheduler):
+def test_every_realign_mode_is_exact(family, realign, scheduler, control):
     # The ablation's modes: kernel shift, holes in the mask compacted now and then, the paper's row loop.
     # EXSPEC uses them to right-align a group of unequal lengths (which these prompts force).
     ps = prompts((5, 1, 38, 12, 3, 21, 64), seed=70)
-    dec = decoder(target(family), draft(family, "agree"), scheduler, window=4, num_draft_tokens=4, realign=realign)
+    dec = decoder(target(family), draft(family, "agree"), scheduler, window=4, num_draft_tokens=4, realign=realign,
+                  control=control)
     res = dec.generate(ps, max_new_tokens=40, batch_size=3, eos_token_id=[])
     assert res.sequences == reference(family, ps, 40)
     assert res.stats["ragged_steps"] > 0 and res.stats["realign"] == realign
     if scheduler == "exspec":
         assert res.stats["group_rate"] < 1, "no group needed aligning"
-    same = decoder(target(family), target(family), scheduler, window=4, num_draft_tokens=4, realign=realign)
+    same = decoder(target(family), target(family), scheduler, window=4, num_draft_tokens=4, realign=realign,
+                   control=control)
     assert same.generate(ps, max_new_tokens=40, batch_size=3, eos_token_id=[]).stats["acceptance_rate"] == 1.0

@@ -17,7 +17,7 @@ from conftest import backend_params
 from engine_models import SPEC_SCHEDULERS, decoder
 from specdec import processed_probs
 from specdec.models import tiny_model
-from specdec.ngram import NgramDrafter
+from specdec.drafting.ngram import NgramDrafter
 
 SMALL_V = 8
 PROMPT = [3, 1, 4]
@@ -86,17 +86,27 @@ DIST_CASES = [
 ]
 
 
+# cases that also run with the widths chosen by a controller (a seeded script, or the real one from timings):
+# lossless whatever the widths, as long as they are chosen before the target's verdict
+CONTROLLED = {"k2-temp0.7-topk5": ("scripted", "adaptive"), "k3-temp1.3-topp0.8": ("scripted",),
+              "prompt-lookup-k3": ("scripted", "adaptive")}
+
+
 def _dist_params():
     for case_id, k, drafter, *rest in DIST_CASES:
         for scheduler in SPEC_SCHEDULERS if drafter else ("autoregressive",):
-            yield pytest.param(k, drafter, *rest, scheduler, id=case_id if not drafter else f"{case_id}-{scheduler}")
+            for control in ("fixed",) + (CONTROLLED.get(case_id, ()) if scheduler == "eqspec" else ()):
+                name = case_id if not drafter else f"{case_id}-{scheduler}"
+                yield pytest.param(k, drafter, *rest, scheduler, control,
+                                   id=name if control == "fixed" else f"{name}-{control}")
 
 
-@pytest.mark.parametrize("k,drafter,temperature,top_k,top_p,depth,n,seed,scheduler", list(_dist_params()))
-def test_joint_distribution_matches_target(k, drafter, temperature, top_k, top_p, depth, n, seed, scheduler):
+@pytest.mark.parametrize("k,drafter,temperature,top_k,top_p,depth,n,seed,scheduler,control", list(_dist_params()))
+def test_joint_distribution_matches_target(k, drafter, temperature, top_k, top_p, depth, n, seed, scheduler,
+                                           control):
     target, draft = small_target(), small_draft()
     drafter = {"model": draft, "lookup": NgramDrafter(), None: None}[drafter]
-    dec = decoder(target, drafter, scheduler, window=n, num_draft_tokens=k)
+    dec = decoder(target, drafter, scheduler, window=n, num_draft_tokens=k, control=control)
     res = dec.generate([PROMPT] * n, max_new_tokens=depth, batch_size=2 * n // 3 if scheduler == "exspec" else n,
                        eos_token_id=[], do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     counts: dict = {}
@@ -107,7 +117,9 @@ def test_joint_distribution_matches_target(k, drafter, temperature, top_k, top_p
     assert chi_square_p(counts, expected, n) > 1e-3
     # The test has power: the draft's own distribution is rejected on the same samples.
     assert chi_square_p(counts, exact_joint(draft, depth, temperature, top_k, top_p), n) < 1e-6
-    if scheduler != "autoregressive":
+    if control == "scripted":
+        assert res.stats["plain_steps"] > 0 and sum(res.stats["width_histogram"][1:]) > 0
+    elif scheduler != "autoregressive" and control == "fixed":
         hist = res.stats["accept_histogram"]
         assert hist[0] > 0 and hist[k] > 0, "both rejections and full acceptances must occur"
 

@@ -7,10 +7,12 @@ import torch
 
 from engine_models import draft, prompts, reference, target
 from specdec import NgramDrafter, RaggedKV, SpeculativeDecoder
-from specdec.exspec import ExspecRun, SlotPool
+from specdec.kv.pool import SlotPool
+from specdec.scheduling.exspec import ExspecSource
 
 
 def _exspec(drafter=None, **kwargs):
+    kwargs.setdefault("adaptive", False)  # these tests are about grouping: every step speculates
     return SpeculativeDecoder(target("llama"), drafter if drafter is not None else draft("llama", "agree"),
                               num_draft_tokens=kwargs.pop("k", 3), scheduler="exspec", **kwargs)
 
@@ -19,14 +21,14 @@ def _exspec(drafter=None, **kwargs):
 def picked(monkeypatch):
     """The cached lengths of every group the scheduler picks, in order."""
     groups = []
-    pick = ExspecRun.pick
+    pick = ExspecSource.pick
 
-    def spy(self):
-        chosen = pick(self)
+    def spy(self, waiting):
+        chosen = pick(self, waiting)
         groups.append([self.pool.lengths[s] for s in chosen])
         return chosen
 
-    monkeypatch.setattr(ExspecRun, "pick", spy)
+    monkeypatch.setattr(ExspecSource, "pick", spy)
     return groups
 
 
@@ -103,10 +105,10 @@ def test_slot_pool_gathers_what_it_was_given():
         src, _ = RaggedKV.prefill(model, ps, 0)
     rows = [src.cache.slab[b, :, :, src.length - len(p):src.length].clone() for b, p in enumerate(ps)]
     pool = SlotPool(model, 5, extra=8, room=4)
-    slots = torch.tensor([4, 0, 2, 1])
+    slots = [4, 0, 2, 1]
     pool.admit(slots, src)
-    assert [pool.lengths[s] for s in slots.tolist()] == [3, 7, 7, 1]
-    group = torch.tensor([2, 0, 4])  # prompts 2, 1, 0: lengths 7, 7, 3
+    assert [pool.lengths[s] for s in slots] == [3, 7, 7, 1]
+    group = [2, 0, 4]  # prompts 2, 1, 0: lengths 7, 7, 3
     state, pad = pool.gather(group)
     assert pad == [0, 0, 4] and state.length == 7 and state.cache.capacity >= 7 + 4
     pool.align(state, pad)
@@ -117,14 +119,15 @@ def test_slot_pool_gathers_what_it_was_given():
         assert state.mask[b, :7].tolist() == [False] * (7 - n) + [True] * n
     # A step appended 4 columns; rows keep 1, 4 and 2 of them, which land at the end of their slots.
     state.cache.slab[:, :, :, 7:11] = torch.randn_like(state.cache.slab[:, :, :, 7:11])
-    pool.scatter(group, state, 7, torch.tensor([1, 4, 2]))
+    state.cache.length, state.written, state.new_real, state.first_new = 11, 4, [4, 4, 4], [0, 0, 0]
+    pool.scatter(group, state, [3, 0, 2])
     assert [pool.lengths[s] for s in (2, 0, 4)] == [8, 11, 5]
     assert torch.equal(pool.slab[0, :, :, 7:11], state.cache.slab[1, :, :, 7:11])
     assert torch.equal(pool.slab[4, :, :, 3:5], state.cache.slab[2, :, :, 7:9])
 
 
-class _BatchOnlyDrafter:
-    """The EQSPEC drafter protocol without the pool hooks."""
+class _OldProtocolDrafter:
+    """A drafter written for another protocol (begin/accept, no offer/commit)."""
 
     def begin(self, prompts, first_tokens, *, extra_capacity):
         pass
@@ -135,17 +138,12 @@ class _BatchOnlyDrafter:
     def accept(self, tokens, num_accepted):
         pass
 
-    def evict(self, keep):
-        pass
 
-    def refill(self, rows, prompts, first_tokens):
-        pass
-
-
-def test_exspec_needs_a_drafter_with_pool_hooks():
-    SpeculativeDecoder(target("llama"), _BatchOnlyDrafter(), scheduler="eqspec")
-    with pytest.raises(ValueError, match="pool hooks"):
-        SpeculativeDecoder(target("llama"), _BatchOnlyDrafter(), scheduler="exspec")
+@pytest.mark.parametrize("scheduler", ["eqspec", "exspec"])
+def test_a_drafter_must_follow_the_protocol(scheduler):
+    # One protocol for both schedulers: a drafter never knows which one runs it.
+    with pytest.raises(ValueError, match="drafter"):
+        SpeculativeDecoder(target("llama"), _OldProtocolDrafter(), scheduler=scheduler)
 
 
 @pytest.mark.parametrize("window", [0, -3, 2.0, True])
@@ -158,7 +156,6 @@ def test_narrowed_steps_never_copy_unwritten_columns(monkeypatch):
     """A drafter proposing fewer than K narrows the verify forward; the pool must take back only the columns
     the step wrote. The step buffer is poisoned with NaN, so copying one unwritten column into the pool would
     put a NaN key into a masked hole, and 0 * NaN would surface as NaN logits (a ValueError from the checks)."""
-    from specdec.exspec import SlotPool
     original = SlotPool._buffer
 
     def poisoned(self, rows, columns):
@@ -173,7 +170,7 @@ def test_narrowed_steps_never_copy_unwritten_columns(monkeypatch):
     ps = prompts((2, 30, 7, 60, 11, 3, 45, 19, 5, 24, 8, 13, 36), seed=90)
     for realign in ("mask", "shift"):
         res = SpeculativeDecoder(model, NgramDrafter(max_n=3, min_n=1), num_draft_tokens=4, scheduler="exspec",
-                                 window=5, realign=realign).generate(ps, max_new_tokens=40, batch_size=3,
+                                 window=5, realign=realign, adaptive=False).generate(ps, max_new_tokens=40, batch_size=3,
                                                                      eos_token_id=[])
         assert res.sequences == reference("llama", ps, 40)
         assert res.stats["drafted"] < 4 * sum(res.stats["accept_histogram"]), "no step was narrowed"

@@ -13,9 +13,9 @@ from transformers import MistralConfig, MistralForCausalLM
 
 from engine_models import SPEC_SCHEDULERS
 from specdec import SpeculativeDecoder
-from specdec.drafters import ModelDrafter
+from specdec.drafting import ModelDrafter
 from specdec.models import tiny_model
-from specdec.ngram import NgramDrafter
+from specdec.drafting.ngram import NgramDrafter
 from specdec.validation import attention_support
 
 V = 64

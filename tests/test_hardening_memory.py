@@ -1,7 +1,7 @@
 """Memory follows the real length of the sequences, not max_new_tokens.
 
 The KV slabs (the target's and the draft's: EQSPEC's RaggedKV, EXSPEC's SlotPool) start with a bounded room
-past the prompt (specdec.batch.initial_room) and grow by doubling as rows really grow. Two checks:
+past the prompt (specdec.kv.ragged.initial_room) and grow by doubling as rows really grow. Two checks:
 
 - max_new_tokens=2**20 with an EOS as the first token costs the process under 64 MiB of peak RSS. When the slabs
   were preallocated for max_new_tokens (rounded up to a power of two), this very measurement read 2.0 GiB
@@ -22,9 +22,9 @@ import sys
 import pytest
 
 from engine_models import SPEC_SCHEDULERS, decoder, draft, prompts, reference, target
-from specdec import batch as batch_module
-from specdec import exspec as exspec_module
-from specdec.cache import SlabCache
+from specdec.kv import ragged as batch_module
+from specdec.scheduling import exspec as exspec_module
+from specdec.kv.slab import SlabCache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIMIT_MIB = 64
@@ -35,7 +35,7 @@ import torch
 torch.set_num_threads(1)
 from specdec import SpeculativeDecoder
 from specdec.models import tiny_model
-from specdec.ngram import NgramDrafter
+from specdec.drafting.ngram import NgramDrafter
 
 def status(field):
     with open("/proc/self/status") as f:

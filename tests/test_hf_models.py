@@ -10,8 +10,8 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import BertConfig, BertModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from specdec import hf_models
-from specdec.hf_models import check_tokenizers_match, cheap_copy, load_causal_lm
+from specdec.models import hf as hf_models
+from specdec.models.hf import check_tokenizers_match, cheap_copy, load_causal_lm
 
 
 def word_tokenizer(words):

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from specdec.ngram import NgramDrafter, NgramIndex
+from specdec.kv.batch import StepBatch
+from specdec.drafting.ngram import NgramDrafter, NgramIndex
 
 
 def brute_force(tokens, k, max_n, min_n):
@@ -42,17 +43,20 @@ def test_incremental_index_equals_brute_force(seed, max_n, min_n):
 
 def test_drafter_rows_are_ragged_and_follow_accepts():
     drafter = NgramDrafter(max_n=2, min_n=1)
-    drafter.begin([[5, 6, 7, 5, 6], [1, 2, 3]], torch.tensor([7, 4]))
-    proposal = drafter.propose(3)
-    assert proposal.probs is None
+    drafter.start(10, [5, 6, 7, 5, 6], 7)
+    drafter.start(11, [1, 2, 3], 4)
+    batch = StepBatch([10, 11], None, torch.zeros(2, dtype=torch.int64))
     # Row 0 is 5 6 7 5 6 7: its suffix "6 7" first came at index 1 and was followed by 5 6 7. Row 1 has no match.
-    assert proposal.num_draft.tolist() == [3, 0]
+    assert drafter.offer(batch, 3) == [[("ngram", 2, 1), ("ngram", 2, 2), ("ngram", 2, 3)], []]
+    proposal = drafter.propose(batch, 3)
+    assert proposal.probs is None
+    assert proposal.num_draft == [3, 0]
     assert proposal.tokens[0].tolist() == [5, 6, 7] and proposal.tokens[1].tolist() == [-1, -1, -1]
     # Row 1 emits [9, 1]: its history ends "... 4 9 1", and "1" was followed by "2" earlier.
-    drafter.accept(torch.tensor([[5, 6, -1, -1], [9, 1, -1, -1]]), torch.tensor([1, 1]))
-    assert drafter.propose(2).tokens[1].tolist() == [2, 3]
-    drafter.evict(torch.tensor([1]))
-    assert len(drafter.rows) == 1 and drafter.rows[0].tokens[-2:] == [9, 1]
+    assert drafter.commit(batch, proposal, [[5, 6], [9, 1]]) is None
+    assert drafter.propose(batch, 2).tokens[1].tolist() == [2, 3]
+    drafter.finish(10)
+    assert list(drafter.seqs) == [11] and drafter.seqs[11].tokens[-2:] == [9, 1]
 
 
 def test_bad_sizes():

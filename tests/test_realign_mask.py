@@ -17,7 +17,7 @@ from transformers import LlamaConfig
 from conftest import backend_params
 from engine_models import draft, prompts, reference, target
 from specdec import SpeculativeDecoder
-from specdec.batch import COMPACT_THRESHOLD, RaggedKV
+from specdec.kv.ragged import COMPACT_THRESHOLD, RaggedKV
 from test_engine_sampling import PROMPT, chi_square_p, exact_joint, small_draft, small_target
 
 K = 4
@@ -143,7 +143,7 @@ MIX = (5, 1, 38, 12, 3, 21, 64)
 
 def _generate(family, realign, threshold=None, k=K, batch_size=3, max_new=40, lengths=MIX, prompt_seed=70, **kw):
     dec = SpeculativeDecoder(target(family), draft(family, "agree"), num_draft_tokens=k, realign=realign,
-                             compact_threshold=threshold)
+                             compact_threshold=threshold, adaptive=False)
     return dec.generate(prompts(lengths, prompt_seed), max_new_tokens=max_new, batch_size=batch_size,
                         eos_token_id=[], **kw)
 
@@ -183,7 +183,7 @@ def test_sampled_distribution_with_compactions():
     # ragged step, so the distribution is checked through holes and compactions alike.
     n, depth, k = 6000, 3, 3
     dec = SpeculativeDecoder(small_target(), small_draft(), num_draft_tokens=k, realign="mask",
-                             compact_threshold=0.01)
+                             compact_threshold=0.01, adaptive=False)
     res = dec.generate([PROMPT] * n, max_new_tokens=depth, batch_size=n, eos_token_id=[], do_sample=True, seed=8)
     counts: dict = {}
     for s in res.sequences:

@@ -12,9 +12,9 @@ import torch
 import specdec_kernels as sk
 
 from .check import plain_greedy
-from .demo_models import build_default_pair, shipped_prompts
-from .engine import SpeculativeDecoder
-from .ngram import NgramDrafter
+from ..decoder import SpeculativeDecoder
+from ..drafting.ngram import NgramDrafter
+from ..models.demo import build_default_pair, shipped_prompts
 from .report import format_runs, run_summary
 
 

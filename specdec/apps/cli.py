@@ -18,6 +18,19 @@ import tempfile
 
 import torch
 
+import specdec_kernels as sk
+
+from ..decoder import SpeculativeDecoder
+from ..drafting.ngram import NgramDrafter
+from ..models.demo import build_default_pair
+from ..models.hf import cheap_copy, check_tokenizers_match, load_causal_lm
+from ..sampling import SamplingConfig
+from ..validation import check_seed
+from .ablation import run_ablation
+from .check import check_against_greedy
+from .demo import run_demo
+from .prompts import encode, load_prompts
+from .real_demo import run_real_demo
 from .report import format_runs, run_summary
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -88,9 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_models(args):
     """(target, draft model or drafter, tokenizer, description); no drafter for --scheduler autoregressive."""
-    from .ngram import NgramDrafter
     if args.target:
-        from .hf_models import cheap_copy, check_tokenizers_match, load_causal_lm
         target, tokenizer = load_causal_lm(args.target, device=args.device)
         name = os.path.basename(os.path.normpath(args.target))
         if args.scheduler == "autoregressive":
@@ -104,7 +115,6 @@ def load_models(args):
         if args.draft_dtype:
             return target, cheap_copy(target, DTYPES[args.draft_dtype]), tokenizer, f"{name} + {args.draft_dtype} copy"
         raise ValueError("--target needs a drafter: --draft DIR, --draft-dtype float16, or --drafter ngram")
-    from .demo_models import build_default_pair
     target, draft, tokenizer = build_default_pair()
     target, draft = target.to(args.device), draft.to(args.device)
     if args.drafter == "ngram":
@@ -114,17 +124,7 @@ def load_models(args):
     return target, draft, tokenizer, "embedded 8-layer Llama + its 2-layer layer-skip draft"
 
 
-def encode(tokenizer, texts: list[str], chat: bool) -> list[list[int]]:
-    if chat and getattr(tokenizer, "chat_template", None):
-        return [list(tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
-                                                   tokenize=True, return_dict=False)) for t in texts]
-    return [list(tokenizer.encode(t)) for t in texts]
-
-
 def cmd_run(args) -> dict:
-    from .check import check_against_greedy
-    from .engine import SpeculativeDecoder
-    from .prompts import load_prompts
     texts = load_prompts(args.prompts, args.limit)  # a bad prompts file is an error before any model work
     torch.set_num_threads(args.threads)
     target, draft, tokenizer, description = load_models(args)
@@ -186,8 +186,6 @@ def check_args(args) -> None:
 
 
 def _check_run(args) -> None:
-    from .sampling import SamplingConfig
-    from .validation import check_seed
     for value, low, flag in ((args.batch_size, 1, "--batch-size"), (args.window, 1, "--window"),
                              (args.num_draft_tokens, 1, "--num-draft-tokens"),
                              (args.max_new_tokens, 0, "--max-new-tokens"), (args.show, 0, "--show")):
@@ -240,7 +238,6 @@ def check_device(name: str) -> torch.device:
 
 
 def _check_backend(name: str | None, device: torch.device) -> None:
-    import specdec_kernels as sk
     if name is None or name == "auto":
         return
     reason = sk.unavailable_reason(name, device)
@@ -275,7 +272,6 @@ def check_output(path: str | None, flag: str) -> None:
 
 def _check_prompts(path: str | None) -> None:
     if path is not None:
-        from .prompts import load_prompts
         load_prompts(path)
 
 
@@ -306,14 +302,11 @@ def main(argv=None) -> int:
         if args.command == "run":
             cmd_run(args)
         elif args.command == "demo":
-            from .demo import run_demo
             run_demo(threads=args.threads, backend=args.backend, json_out=args.json_out)
         elif args.command == "real-demo":
-            from .real_demo import run_real_demo
             run_real_demo(threads=args.threads, limit=args.limit, max_new_tokens=args.max_new_tokens,
                           prompts=args.prompts, json_out=args.json_out)
         else:
-            from .ablation import run_ablation
             run_ablation(quick=args.quick, json_out=args.json_out, plot=args.plot, device=args.device,
                          threads=args.threads, prompts=args.prompts, max_new_tokens=args.max_new_tokens)
     except ValueError as e:

@@ -20,8 +20,9 @@ import torch
 import specdec_kernels as sk
 
 from .check import plain_greedy
-from .demo_models import build_default_pair
-from .engine import SpeculativeDecoder
+from ..decoder import SCHEDULERS, SpeculativeDecoder
+from ..kv.ragged import REALIGN_MODES
+from ..models.demo import build_default_pair
 from .prompts import load_prompts
 from .report import PHASES, format_runs, run_summary
 
@@ -42,7 +43,6 @@ def plan(quick: bool, device: str) -> tuple[list[int], list[dict]]:
 
 def _supported(run: dict) -> bool:
     """Runs whose scheduler or realignment this engine build lacks are left out (and said so)."""
-    from .engine import REALIGN_MODES, SCHEDULERS
     return run["scheduler"] in SCHEDULERS and run["realign"] in REALIGN_MODES
 
 
@@ -67,7 +67,7 @@ def run_ablation(quick: bool = False, json_out: str | None = "results/ablation.j
         for run in (r for r in runs if _supported(r)):
             decoder = SpeculativeDecoder(target, None if run["scheduler"] == "autoregressive" else draft,
                                          num_draft_tokens=k, scheduler=run["scheduler"], backend=run["backend"],
-                                         realign=run["realign"])
+                                         realign=run["realign"], adaptive=False)  # K every step: realignment measured
             start = time.perf_counter()
             result = decoder.generate(ids, max_new_tokens=max_new, batch_size=batch_size)
             stats = result.stats

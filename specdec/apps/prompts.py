@@ -1,11 +1,12 @@
-"""Prompt files for the CLI: jsonl with a text field (SpecBench's `turns` works too), or plain text, one per line."""
+"""Prompts for the apps: files (jsonl with a text field, SpecBench's `turns` works too, or plain text, one per
+line) and their encoding through a tokenizer (its chat template where it has one)."""
 
 from __future__ import annotations
 
 import json
 import os
 
-from .demo_models import shipped_prompts
+from ..models.demo import shipped_prompts
 
 
 def load_prompts(path: str | None, limit: int | None = None) -> list[str]:
@@ -61,3 +62,10 @@ def _read_file(path: str) -> list[str]:
     if not texts:
         raise ValueError(f"prompts file {path!r} is empty")
     return texts
+
+
+def encode(tokenizer, texts: list[str], chat: bool) -> list[list[int]]:
+    if chat and getattr(tokenizer, "chat_template", None):
+        return [list(tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
+                                                   tokenize=True, return_dict=False)) for t in texts]
+    return [list(tokenizer.encode(t)) for t in texts]

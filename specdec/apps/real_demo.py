@@ -18,11 +18,10 @@ import torch
 import specdec_kernels as sk
 
 from .check import plain_greedy
-from .cli import encode
-from .engine import SpeculativeDecoder
-from .hf_models import cheap_copy, load_causal_lm, prepare_smollm2
-from .ngram import NgramDrafter
-from .prompts import load_prompts
+from ..decoder import SpeculativeDecoder
+from ..drafting.ngram import NgramDrafter
+from ..models.hf import cheap_copy, load_causal_lm, prepare_smollm2
+from .prompts import encode, load_prompts
 from .report import format_runs, run_summary
 
 

@@ -13,6 +13,8 @@ import torch
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM)
 
+from ..kv.geometry import max_positions
+
 # mistral: Llama's architecture with Mistral's sliding_window (None here unless config_overrides set one)
 FAMILIES = ("llama", "qwen2", "gpt2", "mistral")
 
@@ -112,13 +114,3 @@ def unrelated_draft(target: PreTrainedModel, family: str | None = None, *, num_l
     vocab = target.get_output_embeddings().weight.shape[0]
     return tiny_model(family, vocab_size=vocab, hidden_size=hidden_size, num_layers=num_layers, seed=seed,
                       max_positions=kwargs.pop("max_positions", max_positions(target)), **kwargs)
-
-
-def max_positions(model: PreTrainedModel) -> int | None:
-    """The longest sequence the model's position embeddings allow, or None when the config sets no limit."""
-    config = model.config
-    for name in ("max_position_embeddings", "n_positions"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None

@@ -343,6 +343,15 @@ class SpeculationController:
         self.realised_tokens += sum(accepted) + len(accepted)
         self.acceptance.now += 1
 
+    def begin_run(self) -> None:
+        """A new generate() call: its sequence ids are new, and its stats start at zero. What was learned about
+        costs and acceptance carries over."""
+        self.rows.clear()
+        self.steps = self.explored = self.plain_steps = 0
+        self.width_hist = [0] * (self.k + 2)
+        self.predicted_tokens = self.predicted_seconds = 0.0
+        self.realised_tokens = 0
+
     def forget(self, row: Hashable) -> None:
         """A sequence finished: drop its row record."""
         self.rows.pop(row, None)

@@ -7,13 +7,15 @@ keys and values live in ONE tensor
 
 so that a per-row realignment of the whole cache is a single `sk.shift_rows_` call on one tensor, and a step
 writes only its new columns. Columns are absolute: [start, length) is live; columns before `start` are left
-padding in every row. The owner (specdec.batch.RaggedKV) moves `length` and `start`; update() only writes.
+padding in every row. The owner (specdec.kv.ragged.RaggedKV) moves `length` and `start`; update() only writes.
 """
 
 from __future__ import annotations
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
+
+from .geometry import kv_geometry
 
 
 class SlabLayer(CacheLayerMixin):
@@ -147,12 +149,6 @@ class SlabCache(Cache):
         return self.length - self.start
 
 
-def kv_geometry(config) -> tuple[int, int, int]:
-    """(num_layers, kv_heads, head_dim) of a decoder config (Llama/Qwen-style or GPT-2-style names)."""
-    config = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer")
-    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head")
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd")
-    head_dim = getattr(config, "head_dim", None) or hidden // heads
-    return layers, kv_heads, head_dim
+def round_up_pow2(n: int) -> int:
+    """Capacities are powers of two, so growth by doubling reallocates log2(length) times."""
+    return 1 << max(0, int(n) - 1).bit_length()

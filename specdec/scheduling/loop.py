@@ -1,0 +1,295 @@
+"""The decode loop: one loop for every scheduler; EQSPEC and EXSPEC are batch sources plugged into it.
+
+    settle        admit waiting prompts into the source (prefill; each new row's first token)
+    while the source has rows:
+        batch     source.next_batch(): the step's rows, right-aligned in their KV lanes
+        draft     the controller plans the verify width; the drafter proposes up to width - 1 tokens per row
+        verify    one target forward over [last, d_1 .. d_{w-1}] per row (w = 1: a plain decoding step)
+        sample    sk.verify_greedy / sk.rejection_sample: tokens [B, w] and a_b per row, read back in one sync
+        commit    the source keeps each row's a_b + 1 target columns (and the drafter's), realigned
+        emit      append tokens, finish rows at EOS / max_new_tokens, retire them, settle again
+
+Between steps the target's lane holds every token of a row except the newest, `last`. The batch source
+interface (admit, next_batch, commit, retire) is all the loop knows of a scheduler, and the drafter protocol
+(specdec.drafting.base) all it knows of a drafter.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol, Sequence
+
+import torch
+
+import specdec_kernels as sk
+
+from ..drafting.base import Drafter, Proposal
+from ..kv.batch import StepBatch
+from ..sampling import SamplingConfig, greedy, sample
+from ..timing import ForwardClock, PhaseTimer
+from .control import SpeculationController
+
+
+class BatchSource(Protocol):
+    """A scheduler as the decode loop sees it."""
+
+    commit_phase: str  # the timer phase its commit is charged to ("realign" when it moves KV rows)
+
+    def room(self) -> int:
+        """How many more sequences it can take now."""
+
+    def admit(self, seqs: list[int], prompts: list[list[int]], pick) -> torch.Tensor:
+        """Prefill the target for new sequences; pick(logits [n, V]) gives their first tokens, returned."""
+
+    def next_batch(self, waiting: int) -> StepBatch:
+        """The rows of the next step (`waiting`: prompts not admitted yet, for the pick policy)."""
+
+    def commit(self, batch: StepBatch, target_drop: list[int], draft_drop: list[int] | None,
+               last: torch.Tensor) -> None:
+        """Row b keeps all but its last target_drop[b] target columns (draft_drop[b] of the draft lane's);
+        its newest token is last[b]."""
+
+    def retire(self, seqs: Sequence[int]) -> None:
+        """These sequences are finished: free their rows."""
+
+    def stats(self) -> dict:
+        ...
+
+
+class DecodeLoop:
+    def __init__(self, *, target, source: BatchSource, drafter: Drafter | None,
+                 controller: SpeculationController | None, prompts: list[list[int]], max_new: int, eos: list[int],
+                 sampling: SamplingConfig, generator: torch.Generator, backend: str | None, timer: PhaseTimer,
+                 k: int, progress=None):
+        self.target, self.source, self.drafter, self.controller = target, source, drafter, controller
+        self.prompts, self.max_new, self.k = prompts, max_new, k
+        self.eos, self.eos_set = eos, frozenset(eos)
+        self.sampling, self.generator, self.backend = sampling, generator, backend
+        self.timer, self.progress = timer, progress
+        self.device = timer._device
+        self.clock = ForwardClock(self.device)
+        if drafter is not None and hasattr(drafter, "timed") and controller is not None:
+            drafter.timed = lambda tokens: self.clock.measure(tokens, controller.observe_draft)
+        self.out: list[list[int]] = [[] for _ in prompts]
+        self.finished = [False] * len(prompts)
+        self.waiting = list(range(len(prompts)))[::-1]  # pop() takes the next prompt in input order
+        self.live: set[int] = set()
+        self.steps = self.drafted = self.accepted = self.row_steps = self.ragged_steps = 0
+        self.accept_hist = [0] * (k + 1)
+        self.cuts = {"eos": 0, "max_new_tokens": 0}
+        self.control_seconds = 0.0
+        self._fed = self._drafter_counters()  # the drafter outlives this run: report this run's share
+
+    def _drafter_counters(self) -> tuple[int, int]:
+        return (getattr(self.drafter, "catch_up_columns", 0), getattr(self.drafter, "resumed_columns", 0))
+
+    # ------------------------------------------------------------------------------------------- the loop
+    def run(self) -> None:
+        self.timer.start()
+        if self.prompts and self.max_new > 0:
+            with self.timer.phase("schedule"):
+                self.settle()
+            while self.live:
+                self.step()
+        self.timer.stop()
+
+    def step(self) -> None:
+        self.steps += 1
+        with self.timer.phase("schedule"):
+            batch = self.source.next_batch(len(self.waiting))
+        with self.timer.phase("draft"):
+            plan, proposal = self.draft(batch)
+        with self.timer.phase("verify"):
+            logits = self.verify(batch, proposal)
+        with self.timer.phase("sample"):
+            tokens, accepted, bins = self.sample(batch, proposal, logits)
+        emitted, last = tokens[0], tokens[1]
+        with self.timer.phase(self.source.commit_phase):
+            draft_drop = self.drafter.commit(batch, proposal, emitted) if self.drafter is not None else None
+            width = 1 if proposal is None else proposal.width + 1
+            self.source.commit(batch, [width - 1 - a for a in accepted], draft_drop, last)
+        with self.timer.phase("schedule"):
+            self.record(batch, plan, proposal, emitted, accepted, bins)
+            self.settle()
+
+    # ------------------------------------------------------------------------------------------- phases
+    def draft(self, batch: StepBatch):
+        """(plan, proposal); proposal None for a plain step."""
+        if self.drafter is None:
+            return None, None
+        t = time.perf_counter()
+        keys = self.drafter.offer(batch, self.k)
+        plan = self.controller.plan(batch.seqs, keys, catch_up=self.drafter.lag(batch), horizon=self._horizon(batch))
+        self.control_seconds += time.perf_counter() - t
+        if plan.plain:
+            return plan, None
+        early = getattr(self.drafter, "early_stop", False) and self.controller.enabled
+        position_keys = [("model", i) for i in range(1, self.k + 1)]
+
+        def stop(drafted, keys_so_far):
+            t0 = time.perf_counter()
+            go_on = self.controller.keep_drafting(plan, drafted, keys_so_far, position_keys)
+            self.control_seconds += time.perf_counter() - t0
+            return not go_on
+
+        proposal = self.drafter.propose(batch, self.k if early else plan.width - 1, self.sampling, self.generator,
+                                        stop)
+        if proposal.keys is not None:  # proposals known up front (n-gram): verify only what the plan priced
+            proposal = proposal.narrowed(plan.num_draft)
+        if proposal.width == 0:
+            return plan, None
+        return plan, proposal
+
+    def _horizon(self, batch: StepBatch) -> float:
+        """Steps the batch has left, roughly: its rows' remaining tokens over the tokens a row gets per step."""
+        remaining = sum(self.max_new - len(self.out[s]) for s in batch.seqs) / max(1, batch.size)
+        per_step = (self.accepted + self.row_steps) / self.row_steps if self.row_steps else 1.0
+        return max(1.0, remaining / per_step)
+
+    def verify(self, batch: StepBatch, proposal: Proposal | None) -> torch.Tensor:
+        if proposal is None:
+            columns = batch.last[:, None]
+        else:  # unused slots of a ragged proposal hold -1; any valid id will do there, nothing reads its logits
+            columns = torch.cat([batch.last[:, None], proposal.tokens.clamp(min=0)], dim=1)
+        sink = self.controller.observe_target if self.controller is not None else (lambda n, s: None)
+        with self.clock.measure(columns.numel(), sink):
+            return batch.target.forward(columns)
+
+    def sample(self, batch: StepBatch, proposal: Proposal | None, logits: torch.Tensor):
+        """((emitted per row, last [B] on the device), accepted per row, confidence bins or None). The step's
+        one device-to-host sync reads tokens, counts and bins back together."""
+        if proposal is None:
+            tokens = self.first_tokens(logits)[:, None]
+            accepted = torch.zeros(batch.size, dtype=torch.int64, device=tokens.device)
+        else:
+            counts = proposal.counts()
+            num_draft = None
+            if any(c != proposal.width for c in counts):
+                num_draft = torch.tensor(counts, dtype=torch.int64).to(logits.device, non_blocking=True)
+            if not self.sampling.do_sample:
+                tokens, accepted = sk.verify_greedy(proposal.tokens, logits, num_draft, backend=self.backend,
+                                                    **NO_VALUE_CHECKS)
+            else:
+                tokens, accepted = sk.rejection_sample(proposal.tokens, proposal.probs, self.sampling.probs(logits),
+                                                       num_draft, generator=self.generator, backend=self.backend,
+                                                       **NO_VALUE_CHECKS)
+        last = tokens.gather(1, accepted[:, None]).squeeze(1)
+        packed = [accepted[:, None], tokens]
+        if proposal is not None and proposal.bins is not None:
+            packed.append(proposal.bins)
+        host = torch.cat(packed, dim=1).tolist()
+        self.clock.collect()
+        width = tokens.shape[1]
+        accepted_host = [row[0] for row in host]
+        emitted = [row[1:2 + a] for row, a in zip(host, accepted_host)]
+        bins = [row[1 + width:] for row in host] if len(packed) == 3 else None
+        return (emitted, last), accepted_host, bins
+
+    def first_tokens(self, logits: torch.Tensor) -> torch.Tensor:
+        """The next token from the last column's logits [B, n, V] (or [B, V])."""
+        if logits.ndim == 3:
+            logits = logits[:, -1]
+        if self.sampling.do_sample:
+            return sample(self.sampling.probs(logits), self.generator)
+        return greedy(logits)
+
+    # ------------------------------------------------------------------------------------------- bookkeeping
+    def emit(self, seq: int, tokens: Sequence[int]) -> None:
+        out = self.out[seq]
+        for i, t in enumerate(tokens):
+            out.append(t)
+            eos = t in self.eos_set
+            if eos or len(out) >= self.max_new:
+                self.finished[seq] = True
+                if self.progress is not None:
+                    self.progress(seq)
+                if i + 1 < len(tokens):  # the block is cut: what follows is dropped
+                    self.cuts["eos" if eos else "max_new_tokens"] += 1
+                return
+
+    def record(self, batch: StepBatch, plan, proposal: Proposal | None, emitted, accepted, bins) -> None:
+        for seq, block in zip(batch.seqs, emitted):
+            self.emit(seq, block)
+        for a in accepted:
+            self.accept_hist[a] += 1
+        self.row_steps += len(accepted)
+        if proposal is not None:
+            self.drafted += sum(proposal.counts())
+            self.accepted += sum(accepted)
+            self.ragged_steps += int(max(accepted) != min(accepted))
+        if plan is not None:
+            t = time.perf_counter()
+            if proposal is None:
+                keys = [[] for _ in batch.seqs]
+            else:
+                keys = proposal.keys if proposal.keys is not None else proposal.resolve_keys(bins)
+            self.controller.record(plan, keys, accepted)
+            self.control_seconds += time.perf_counter() - t
+
+    def settle(self) -> None:
+        """Retire finished sequences and admit waiting prompts while there is room (a prompt whose first token
+        finishes it frees its room again: repeat)."""
+        while True:
+            done = [s for s in self.live if self.finished[s]]
+            if done:
+                self.source.retire(done)
+                self.live.difference_update(done)
+                for s in done:
+                    if self.drafter is not None:
+                        self.drafter.finish(s)
+                    if self.controller is not None:
+                        self.controller.forget(s)
+            take = [self.waiting.pop() for _ in range(min(self.source.room(), len(self.waiting)))]
+            if not take:
+                return
+            prompts = [self.prompts[i] for i in take]
+            with self.timer.within("prefill"):
+                first = self.source.admit(take, prompts, self.first_tokens).tolist()
+            self.live.update(take)
+            for seq, prompt, t in zip(take, prompts, first):
+                if self.drafter is not None:
+                    self.drafter.start(seq, prompt, t)
+                self.emit(seq, [t])
+
+    # ------------------------------------------------------------------------------------------- stats
+    def stats(self) -> dict:
+        phases = self.timer.report()
+        total = sum(phases.values())
+        new_tokens = sum(len(s) for s in self.out)
+        out = {
+            "steps": self.steps,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0,
+            # tokens a row emits per step: its accepted drafts plus the target's own token
+            "mean_accepted_length": (self.accepted + self.row_steps) / self.row_steps if self.row_steps else 0.0,
+            "accept_histogram": list(self.accept_hist),
+            "ragged_steps": self.ragged_steps,  # steps whose rows accepted different numbers of drafts
+            "cut_blocks": dict(self.cuts),  # steps' token blocks cut short by EOS / max_new_tokens
+            "new_tokens": new_tokens,
+            "tokens_per_s": new_tokens / total if total > 0 else 0.0,
+            "total_seconds": total,
+            "phase_seconds": phases,
+            # target prefills of new prompts, inside "schedule" (a draft model catches up inside "draft"): the
+            # engine's own overhead is total - draft - verify - prefill
+            "prefill_seconds": self.timer.inner.get("prefill", 0.0),
+            "control_seconds": self.control_seconds,
+            # a draft model's tokens fed to catch up (prompts, and steps it sat out: resumed_columns)
+            "catch_up_columns": self._drafter_counters()[0] - self._fed[0],
+            "resumed_columns": self._drafter_counters()[1] - self._fed[1],
+            "eos": list(self.eos),
+        }
+        if self.controller is not None:
+            out.update(self.controller.stats())
+        out.update(self.source.stats())
+        return out
+
+
+def _no_value_checks() -> dict:
+    """The loop builds every op input itself (ids in range, counts within K, finite probabilities from softmax),
+    so it skips the checks that read tensor values: each would cost a device sync."""
+    import inspect
+    return {"check_values": False} if "check_values" in inspect.signature(sk.verify_greedy).parameters else {}
+
+
+NO_VALUE_CHECKS = _no_value_checks()
