@@ -6,11 +6,17 @@ TRITON_INTERPRET=1). "auto" picks triton for CUDA tensors, cpp for CPU tensors w
 
 The choice is explicit and loud: an unknown name is a ValueError, a known backend that cannot run here
 is a RuntimeError that says why. Nothing falls back silently.
+
+The choice travels outside the ops' schemas: every op is one torch.library op (library.py) whose CPU and CUDA
+kernels ask `kernel_backend(device)` which implementation to run. The public functions (ops.py) resolve a call's
+backend= and put it in a context variable around the op call; without one (a compiled graph, opcheck, a direct
+torch.ops call) the kernel uses the process-wide choice (set_backend / use_backend / SPECDEC_BACKEND).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 from typing import Iterator
@@ -115,6 +121,16 @@ def use_backend(name: str) -> Iterator[None]:
         yield
     finally:
         set_backend(previous)
+
+
+# The backend of the op call in progress, set by the dispatch layer (ops.py) around each op call.
+call_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar("specdec_kernels_backend", default=None)
+
+
+def kernel_backend(device: torch.device) -> str:
+    """Inside an op's kernel: the backend this call runs on."""
+    name = call_backend.get()
+    return name if name is not None else resolve(None, device)
 
 
 def resolve(backend: str | None, device: torch.device) -> str:

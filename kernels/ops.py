@@ -1,106 +1,82 @@
-"""The public ops: validate once, draw noise once, pick the backend, run it.
+"""The public ops: validate once, draw noise once, resolve the backend, call the op.
 
-Eager calls go straight to the backend function. Under torch.compile the same call goes through a
-torch.library custom op (specdec_kernels::*) with a fake implementation, so it traces without graph breaks
-inside the op. Shapes: B rows, K draft slots, V vocabulary, T positions; token ids are int64.
+Every call goes through the op's torch.library op (library.py: specdec_kernels::*), eager included, so eager,
+torch.compile, torch.library.opcheck and the profiler all see one path. The backend chosen for a call travels
+outside the op's schema, in a context variable the op's kernel reads (backend.kernel_backend).
+
+Under torch.compile the op is traced through its fake implementation and the kernel picks the backend when the
+compiled graph runs: select it with sk.set_backend / sk.use_backend around the compiled call; a per-call
+backend= that would pick a different one cannot travel into the graph and is refused.
+
+Shapes: B rows, K draft slots, V vocabulary, T positions; token ids are int64.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
 
 from . import backend as _backend
-from .checks import (FLOAT_DTYPES, ValueChecks, bump_versions, check_fill, check_generator, check_inplace,
-                     cut_history,
-                     check_num_draft, check_rows, describe, expect_device, expect_shape, expect_supported_device,
+from . import library as _library
+from .checks import (FLOAT_DTYPES, ValueChecks, check_fill, check_generator, check_inplace, check_num_draft,
+                     check_rows, cut_history, describe, expect_device, expect_shape, expect_supported_device,
                      expect_tensor, tensor_list, value_checks_enabled)
 from .noise import draw_noise
 
-_MODULES = {"torch": "reference", "cpp": "cpp_backend", "triton": "triton_backend"}
-
 TensorOrList = torch.Tensor | Sequence[torch.Tensor]
-
-
-def _impl(name: str):
-    return importlib.import_module(f".{_MODULES[name]}", __package__)
 
 
 def _compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
-# ----------------------------------------------------------------------------------------------- custom ops
-
-@torch.library.custom_op("specdec_kernels::accept_lengths", mutates_args=())
-def _accept_lengths_op(matches: torch.Tensor, num_draft: Optional[torch.Tensor], backend: str) -> torch.Tensor:
-    return _impl(backend).accept_lengths(matches, num_draft)
-
-
-@_accept_lengths_op.register_fake
-def _(matches, num_draft, backend):
-    return matches.new_empty(matches.shape[0], dtype=torch.int64)
-
-
-@torch.library.custom_op("specdec_kernels::verify_greedy", mutates_args=())
-def _verify_greedy_op(draft_tokens: torch.Tensor, target_logits: torch.Tensor, num_draft: Optional[torch.Tensor],
-                      backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    return _impl(backend).verify_greedy(draft_tokens, target_logits, num_draft)
+@torch._dynamo.assume_constant_result
+def _compiled_backend_conflict(backend: str, device_type: str) -> str:
+    """'' if backend= names the backend a compiled graph will run (the process-wide choice), else why not."""
+    device = torch.device(device_type)
+    want, runtime = _backend.resolve(backend, device), _backend.resolve(None, device)
+    if want == runtime:
+        return ""
+    return (f"backend={backend!r} would run {want!r}, but a compiled graph runs the process-wide choice "
+            f"({runtime!r}); the per-call override cannot travel into the graph: select the backend with "
+            f"sk.use_backend({want!r}) or sk.set_backend around the compiled call")
 
 
-@_verify_greedy_op.register_fake
-def _(draft_tokens, target_logits, num_draft, backend):
-    batch, k = draft_tokens.shape
-    return draft_tokens.new_empty(batch, k + 1), draft_tokens.new_empty(batch)
+def _resolve(backend: str | None, device: torch.device) -> str | None:
+    """The backend for this call (None under torch.compile, where the kernel resolves it when the graph runs)."""
+    if _compiling():
+        if backend is not None:
+            conflict = _compiled_backend_conflict(backend, device.type)
+            if conflict:
+                raise RuntimeError(conflict)
+        return None
+    return _backend.resolve(backend, device)
 
 
-@torch.library.custom_op("specdec_kernels::rejection_sample", mutates_args=())
-def _rejection_sample_op(draft_tokens: torch.Tensor, draft_probs: Optional[torch.Tensor], target_probs: torch.Tensor,
-                         num_draft: Optional[torch.Tensor], uniform: torch.Tensor, exponential: torch.Tensor,
-                         backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    return _impl(backend).rejection_sample(draft_tokens, draft_probs, target_probs, num_draft,
-                                           uniform=uniform, exponential=exponential)
-
-
-@_rejection_sample_op.register_fake
-def _(draft_tokens, draft_probs, target_probs, num_draft, uniform, exponential, backend):
-    batch, k = draft_tokens.shape
-    return draft_tokens.new_empty(batch, k + 1), draft_tokens.new_empty(batch)
-
-
-@torch.library.custom_op("specdec_kernels::shift_rows_", mutates_args=("tensors",))
-def _shift_rows_op(tensors: list[torch.Tensor], shifts: torch.Tensor, dim: int, fill: float, backend: str) -> None:
-    _impl(backend).shift_rows_(tensors, shifts, dim=dim, fill=fill)
-
-
-@_shift_rows_op.register_fake
-def _(tensors, shifts, dim, fill, backend):
-    return None
-
-
-@torch.library.custom_op("specdec_kernels::compact_rows_", mutates_args=("tensors",))
-def _compact_rows_op(tensors: list[torch.Tensor], keep: torch.Tensor, dim: int, fill: float,
-                     backend: str) -> torch.Tensor:
-    return _impl(backend).compact_rows_(tensors, keep, dim=dim, fill=fill)
-
-
-@_compact_rows_op.register_fake
-def _(tensors, keep, dim, fill, backend):
-    return keep.new_empty(keep.shape[0], dtype=torch.int64)
+def _run(op, name: str | None, *args):
+    """Call the library op with backend `name` chosen for this call."""
+    if name is None:
+        return op(*args)
+    token = _backend.call_backend.set(name)
+    try:
+        return op(*args)
+    finally:
+        _backend.call_backend.reset(token)
 
 
 # ------------------------------------------------------------------------------------------------ public ops
 
 def accept_lengths(matches: torch.Tensor, num_draft: torch.Tensor | None = None, *,
-                   backend: str | None = None) -> torch.Tensor:
+                   backend: str | None = None, check_values: bool | None = None) -> torch.Tensor:
     """Accepted length of each row: the count of leading True values, capped at num_draft.
 
     Args:
         matches: bool[B, K], whether draft i of row b was accepted on its own.
         num_draft: optional int64[B], each in 0..K: row b has only its first num_draft[b] drafts.
         backend: "torch" | "cpp" | "triton" | "auto" for this call; default: the process-wide choice.
+        check_values: None (default): the SPECDEC_CHECKS setting; False: skip the checks that read tensor
+            values (each costs a host sync on a GPU); the structural checks always run.
     Returns:
         int64[B].
     """
@@ -108,14 +84,11 @@ def accept_lengths(matches: torch.Tensor, num_draft: torch.Tensor | None = None,
     expect_supported_device("matches", matches)
     batch, k = matches.shape
     check_num_draft(num_draft, batch, k, matches.device, "matches")
-    if value_checks_enabled():
+    if value_checks_enabled(check_values):
         checks = ValueChecks()
         checks.add_num_draft(num_draft, k)
         checks.raise_first()
-    name = _backend.resolve(backend, matches.device)
-    if _compiling():
-        return _accept_lengths_op(matches, num_draft, name)
-    return _impl(name).accept_lengths(matches, num_draft)
+    return _run(_library.accept_lengths, _resolve(backend, matches.device), matches, num_draft)
 
 
 def _check_drafts(draft_tokens, scores: torch.Tensor, scores_name: str, num_draft):
@@ -134,7 +107,8 @@ def _check_drafts(draft_tokens, scores: torch.Tensor, scores_name: str, num_draf
 
 
 def verify_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor, num_draft: torch.Tensor | None = None,
-                  *, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  *, backend: str | None = None,
+                  check_values: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy verification of K drafts per row against the target's argmax, fused with the accept reduction.
 
     Row b accepts a_b = the leading count of i < num_draft[b] with draft_tokens[b, i] == argmax(target_logits[b, i])
@@ -146,27 +120,28 @@ def verify_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor, num_d
         target_logits: float[B, K+1, V] (float16, bfloat16, float32 or float64).
         num_draft: optional int64[B], each in 0..K.
         backend: backend for this call; default: the process-wide choice.
+        check_values: None (default): the SPECDEC_CHECKS setting; False: skip the checks that read tensor
+            values (each costs a host sync on a GPU); the structural checks always run.
     Returns:
         tokens: int64[B, K+1], tokens[b, :a_b+1] = argmax(target_logits[b, :a_b+1]), then -1.
         num_accepted: int64[B], a_b.
     """
     batch, k, vocab = _check_drafts(draft_tokens, target_logits, "target_logits", num_draft)
-    if value_checks_enabled():
+    if value_checks_enabled(check_values):
         checks = ValueChecks()
         checks.add_num_draft(num_draft, k)
         checks.add_draft_ids(draft_tokens, num_draft, vocab)
         checks.add_no_nan("target_logits", target_logits)
         checks.raise_first()
-    name = _backend.resolve(backend, target_logits.device)
-    if _compiling():
-        return _verify_greedy_op(draft_tokens, target_logits, num_draft, name)
-    return _impl(name).verify_greedy(draft_tokens, target_logits, num_draft)
+    return _run(_library.verify_greedy, _resolve(backend, target_logits.device), draft_tokens, target_logits,
+                num_draft)
 
 
 def rejection_sample(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None, target_probs: torch.Tensor,
                      num_draft: torch.Tensor | None = None, *, uniform: torch.Tensor | None = None,
                      exponential: torch.Tensor | None = None, generator: torch.Generator | None = None,
-                     backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     backend: str | None = None,
+                     check_values: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Batched speculative rejection sampling, fused with the accept-length reduction.
 
     Draft i < num_draft[b] of row b (token d) is accepted iff uniform[b, i] * q < p in float32, with
@@ -185,6 +160,8 @@ def rejection_sample(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | Non
             missing both are drawn here with torch (from `generator`), so every backend sees the same noise.
         generator: torch.Generator for the noise.
         backend: backend for this call; default: the process-wide choice.
+        check_values: None (default): the SPECDEC_CHECKS setting; False: skip the checks that read tensor
+            values (each costs a host sync on a GPU); the structural checks always run.
     Returns:
         tokens: int64[B, K+1], the accepted drafts, the sampled token, then -1.
         num_accepted: int64[B].
@@ -201,7 +178,7 @@ def rejection_sample(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | Non
             expect_shape(label, noise, shape, "float32 noise")
             expect_device(label, noise, device, "target_probs")
     check_generator(generator, device, drawing=uniform is None or exponential is None)
-    if value_checks_enabled():
+    if value_checks_enabled(check_values):
         checks = ValueChecks()
         checks.add_num_draft(num_draft, k)
         checks.add_draft_ids(draft_tokens, num_draft, vocab)
@@ -214,15 +191,13 @@ def rejection_sample(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | Non
             checks.add(~((exponential > 0) & (exponential < float("inf"))).all(),
                        "exponential must be finite and positive (no NaN, 0 or inf)")
         checks.raise_first()
-    name = _backend.resolve(backend, device)
+    name = _resolve(backend, device)
     if uniform is None or exponential is None:
         drawn_u, drawn_e = draw_noise(batch, k, vocab, device, generator)
         uniform = drawn_u if uniform is None else uniform
         exponential = drawn_e if exponential is None else exponential
-    if _compiling():
-        return _rejection_sample_op(draft_tokens, draft_probs, target_probs, num_draft, uniform, exponential, name)
-    return _impl(name).rejection_sample(draft_tokens, draft_probs, target_probs, num_draft,
-                                        uniform=uniform, exponential=exponential)
+    return _run(_library.rejection_sample, name, draft_tokens, draft_probs, target_probs, num_draft, uniform,
+                exponential)
 
 
 def _check_shifted(op: str, tensors, per_row: torch.Tensor, per_row_name: str, dim: int, fill,
@@ -240,7 +215,7 @@ def _check_shifted(op: str, tensors, per_row: torch.Tensor, per_row_name: str, d
 
 
 def shift_rows_(tensors: TensorOrList, shifts: torch.Tensor, *, dim: int = -2, fill: float = 0,
-                backend: str | None = None) -> None:
+                backend: str | None = None, check_values: bool | None = None) -> None:
     """Shift each row of one or many tensors by its own offset along `dim`, in place.
 
     y[b, ..., t, ...] = x[b, ..., t - shifts[b], ...] where that index is in range, else `fill`. Positive
@@ -255,6 +230,7 @@ def shift_rows_(tensors: TensorOrList, shifts: torch.Tensor, *, dim: int = -2, f
         dim: the dimension to shift along, the same for every tensor; not the batch dimension.
         fill: the value written into vacated positions.
         backend: backend for this call; default: the process-wide choice.
+        check_values: accepted for symmetry with the other ops; shift_rows_ has no checks that read values.
 
     Rules (every backend alike, all checked before the first write; a refused call is a ValueError that names
     the entries and modifies nothing):
@@ -263,24 +239,19 @@ def shift_rows_(tensors: TensorOrList, shifts: torch.Tensor, *, dim: int = -2, f
           layer j of a [B, layers, H, T, D] slab); passing the whole slab as one tensor is cheaper still.
         - `fill` must be representable in every tensor's dtype (no overflow; integers for integer dtypes,
           0/1 for bool).
-        - autograd: every written tensor's version counter is bumped, so a backward that saved one of them
-          raises; while grad mode is on, a leaf that requires grad (or a view of one) is refused, as torch's
+        - autograd: every written tensor's version counter is bumped (by the op's kernel), so a backward that
+          saved one of them raises; while grad mode is on, a leaf that requires grad (or a view of one) is refused, as torch's
           own in-place ops refuse it, and a tensor that is part of a graph is written but its backward then
           raises (the op has no derivative). Never a silent wrong gradient.
     """
     expect_tensor("shifts", shifts, ndim=1, dtypes=(torch.int64,))
     tensors = _check_shifted("shift_rows_", tensors, shifts, "shifts", dim, fill)
-    name = _backend.resolve(backend, shifts.device)
-    if _compiling():
-        _shift_rows_op(tensors, shifts, dim, float(fill), name)
-        return
-    with torch.no_grad():  # the backend's own torch ops are not part of any graph (cut_history says why)
-        _impl(name).shift_rows_(tensors, shifts, dim=dim, fill=fill)
-    bump_versions(tensors)
+    value_checks_enabled(check_values)  # validates the flag
+    _run(_library.shift_rows_, _resolve(backend, shifts.device), tensors, shifts, dim, fill)
 
 
 def compact_rows_(tensors: TensorOrList, keep: torch.Tensor, *, dim: int = -2, fill: float = 0,
-                  backend: str | None = None) -> torch.Tensor:
+                  backend: str | None = None, check_values: bool | None = None) -> torch.Tensor:
     """Squeeze out the holes of each row, in place: kept positions move, in order, to the end of the row.
 
     Row b keeps the positions t with keep[b, t]; they end at columns T - kept[b] .. T - 1 in their original
@@ -294,6 +265,7 @@ def compact_rows_(tensors: TensorOrList, keep: torch.Tensor, *, dim: int = -2, f
         dim: the dimension to compact along; not the batch dimension.
         fill: the value written into the freed front.
         backend: backend for this call; default: the process-wide choice.
+        check_values: accepted for symmetry with the other ops; compact_rows_ has no checks that read values.
     Returns:
         kept: int64[B], the number of kept positions per row.
 
@@ -304,17 +276,12 @@ def compact_rows_(tensors: TensorOrList, keep: torch.Tensor, *, dim: int = -2, f
           layer j of a [B, layers, H, T, D] slab); passing the whole slab as one tensor is cheaper still.
         - `fill` must be representable in every tensor's dtype (no overflow; integers for integer dtypes,
           0/1 for bool).
-        - autograd: every written tensor's version counter is bumped, so a backward that saved one of them
-          raises; while grad mode is on, a leaf that requires grad (or a view of one) is refused, as torch's
+        - autograd: every written tensor's version counter is bumped (by the op's kernel), so a backward that
+          saved one of them raises; while grad mode is on, a leaf that requires grad (or a view of one) is refused, as torch's
           own in-place ops refuse it, and a tensor that is part of a graph is written but its backward then
           raises (the op has no derivative). Never a silent wrong gradient.
     """
     expect_tensor("keep", keep, ndim=2, dtypes=(torch.bool,))
     tensors = _check_shifted("compact_rows_", tensors, keep, "keep", dim, fill, length=keep.shape[1])
-    name = _backend.resolve(backend, keep.device)
-    if _compiling():
-        return _compact_rows_op(tensors, keep, dim, float(fill), name)
-    with torch.no_grad():
-        kept = _impl(name).compact_rows_(tensors, keep, dim=dim, fill=fill)
-    bump_versions(tensors)
-    return kept
+    value_checks_enabled(check_values)  # validates the flag
+    return _run(_library.compact_rows_, _resolve(backend, keep.device), tensors, keep, dim, fill)

@@ -92,9 +92,9 @@ def sampling_case(batch, k, vocab, seed, dtype=torch.float32, with_q=True, ragge
 @pytest.fixture
 def poisoned_outputs():
     """Every output a custom backend allocates starts as -7, so an unwritten element fails the test."""
-    outputs.POISON = -7
+    outputs.set_poison(-7)
     yield
-    outputs.POISON = None
+    outputs.set_poison(None)
 
 
 @contextlib.contextmanager

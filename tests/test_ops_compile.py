@@ -1,4 +1,5 @@
-"""The ops are torch.library custom ops with fake implementations: they trace under torch.compile.
+"""The ops are torch.library ops with fake implementations: they trace under torch.compile, and the compiled graph
+runs the backend selected around it (a conflicting per-call backend= is refused).
 
 The check runs in a fresh interpreter: Dynamo keeps process-wide state, and after the engine tests have run
 in the same process torch 2.13's fake-tensor run of a custom op has been seen failing ('vector::reserve')
@@ -18,6 +19,7 @@ sys.path.insert(0, "tests")
 from kernel_cases import greedy_case, sampling_case
 import specdec_kernels as sk
 backend = sys.argv[1]
+sk.set_backend(backend)  # a compiled graph runs the process-wide backend (the kernel reads it when the graph runs)
 drafts, logits, num_draft = greedy_case(4, 3, 50, seed=41)
 case = sampling_case(4, 3, 50, seed=42)
 
@@ -35,6 +37,17 @@ compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
 traced = compiled(drafts, logits, num_draft, cache.clone(), case.uniform, case.exponential)
 assert all(torch.equal(a, b) for a, b in zip(eager, traced)), "compiled results differ from eager"
 print("compiled == eager")
+
+other = "torch" if backend != "torch" else "cpp"
+if other in sk.available_backends():  # a per-call override that cannot reach the graph is refused, loudly
+    def mismatched(drafts, logits):
+        return sk.verify_greedy(drafts, logits, backend=other)
+    try:
+        torch.compile(mismatched, backend="aot_eager", fullgraph=True)(drafts, logits)
+        raise SystemExit("a conflicting backend= was accepted under torch.compile")
+    except RuntimeError as e:
+        assert "cannot travel into the graph" in str(e), str(e)[:500]
+    print("override refused")
 """
 
 

@@ -1,5 +1,5 @@
-"""shift_rows_ and compact_rows_: in place, every backend equal to the reference, the reference equal to a naive
-per-row loop, neighbours of views untouched, mixed dtypes and lengths in one call."""
+"""shift_rows_ and compact_rows_: in place, every backend equal to the reference, the reference equal to the naive
+per-row loop (specdec_kernels/moves/naive.py), neighbours of views untouched, mixed dtypes and lengths in one call."""
 
 import pytest
 import torch
@@ -8,34 +8,11 @@ from kernel_cases import move_backend_params, torch_threads
 
 import specdec_kernels as sk
 from specdec_kernels import reference as ref
+from specdec_kernels.moves import naive
 
 BACKENDS = backend_params()
 MOVE_BACKENDS = move_backend_params()  # cpp also at 2 threads
 FILL = -7  # vacated positions get a value no input holds, so an unwritten position shows
-
-
-def naive_shift(x, shifts, dim, fill):
-    y = x.clone()
-    d = dim % x.ndim
-    length = x.shape[d]
-    for b in range(x.shape[0]):
-        row_in, row_out = x[b], y[b]
-        for t in range(length):
-            src = t - int(shifts[b])
-            dst = row_out.select(d - 1, t)
-            dst.copy_(row_in.select(d - 1, src) if 0 <= src < length else torch.full_like(dst, fill))
-    return y
-
-
-def naive_compact(x, keep, dim, fill):
-    y = torch.full_like(x, fill)
-    d = dim % x.ndim
-    length = x.shape[d]
-    for b in range(x.shape[0]):
-        kept = [t for t in range(length) if keep[b, t]]
-        for rank, t in enumerate(kept):
-            y[b].select(d - 1, length - len(kept) + rank).copy_(x[b].select(d - 1, t))
-    return y
 
 
 def random_tensor(shape, dtype, gen):
@@ -70,7 +47,7 @@ def test_reference_shift_matches_naive_loop(batch, length, inner):
     gen = torch.Generator().manual_seed(11)
     x = random_tensor((batch, length, *inner), torch.float32, gen)
     shifts = shifts_for(batch, length, gen)
-    want = naive_shift(x, shifts, 1, FILL)
+    want = naive.shift_rows(x, shifts, 1, FILL)
     ref.shift_rows_(x, shifts, dim=1, fill=FILL)
     assert torch.equal(x, want)
 
@@ -83,7 +60,7 @@ def test_reference_compact_matches_naive_loop(batch, length, inner):
     keep[0] = True
     if batch > 1:
         keep[1] = False
-    want = naive_compact(x, keep, 1, FILL)
+    want = naive.compact_rows(x, keep, 1, FILL)
     kept = ref.compact_rows_(x, keep, dim=1, fill=FILL)
     assert torch.equal(x, want) and torch.equal(kept, keep.sum(1))
 

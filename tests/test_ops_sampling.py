@@ -1,5 +1,5 @@
 """accept_lengths, verify_greedy and rejection_sample: every backend equals the reference exactly, and the
-reference equals a naive per-row loop written straight from the contract."""
+reference equals the naive per-row loop written straight from the contract (specdec_kernels/sampling/naive.py)."""
 
 import pytest
 import torch
@@ -8,60 +8,19 @@ from kernel_cases import FLOAT_DTYPES, SAMPLING_SHAPES, greedy_case, poisoned_ou
 
 import specdec_kernels as sk
 from specdec_kernels import reference as ref
+from specdec_kernels.sampling import naive
 
 BACKENDS = backend_params()
 
 
-# ------------------------------------------------------------------------------------ the naive per-row oracle
-
-def naive_greedy(drafts, logits, num_draft):
-    batch, k = drafts.shape
-    tokens = torch.full((batch, k + 1), -1, dtype=torch.int64)
-    accepted = torch.zeros(batch, dtype=torch.int64)
-    for b in range(batch):
-        n = k if num_draft is None else int(num_draft[b])
-        a = 0
-        while a < n and int(drafts[b, a]) == int(logits[b, a].float().argmax()):
-            a += 1
-        tokens[b, :a] = drafts[b, :a]
-        tokens[b, a] = int(logits[b, a].float().argmax())
-        accepted[b] = a
-    return tokens, accepted
-
-
-def naive_rejection(case):
-    drafts, q, p = case.draft_tokens, case.draft_probs, case.target_probs.float()
-    batch, k = drafts.shape
-    vocab = p.shape[-1]
-    tokens = torch.full((batch, k + 1), -1, dtype=torch.int64)
-    accepted = torch.zeros(batch, dtype=torch.int64)
-    for b in range(batch):
-        n = k if case.num_draft is None else int(case.num_draft[b])
-        a = 0
-        while a < n:
-            d = int(drafts[b, a])
-            qd = float(q[b, a, d].float()) if q is not None else 1.0
-            if not case.uniform[b, a] * qd < p[b, a, d]:  # float32 tensor times an exact float32 value
-                break
-            a += 1
-        if a < n:
-            qrow = q[b, a].float() if q is not None else torch.nn.functional.one_hot(drafts[b, a], vocab).float()
-            r = (p[b, a] - qrow).clamp_min(0)
-            dist = r if bool((r > 0).any()) else p[b, a]
-        else:
-            dist = p[b, a]
-        tokens[b, :a] = drafts[b, :a]
-        tokens[b, a] = int((dist / case.exponential[b]).argmax())
-        accepted[b] = a
-    return tokens, accepted
-
+# ------------------------------------------------------------------- the naive per-row oracle (sampling/naive.py)
 
 @pytest.mark.parametrize("batch,k,vocab", SAMPLING_SHAPES)
 @pytest.mark.parametrize("ties", [False, True], ids=["peaked", "ties"])
 def test_reference_greedy_matches_naive_loop(batch, k, vocab, ties):
     drafts, logits, num_draft = greedy_case(batch, k, vocab, seed=1, ties=ties)
     got = ref.verify_greedy(drafts, logits, num_draft)
-    want = naive_greedy(drafts, logits, num_draft)
+    want = naive.verify_greedy(drafts, logits, num_draft)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
@@ -71,7 +30,8 @@ def test_reference_rejection_matches_naive_loop(batch, k, vocab, with_q):
     case = sampling_case(batch, k, vocab, seed=2, with_q=with_q)
     got = ref.rejection_sample(case.draft_tokens, case.draft_probs, case.target_probs, case.num_draft,
                                uniform=case.uniform, exponential=case.exponential)
-    want = naive_rejection(case)
+    want = naive.rejection_sample(case.draft_tokens, case.draft_probs, case.target_probs, case.num_draft,
+                                  uniform=case.uniform, exponential=case.exponential)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
@@ -210,3 +170,75 @@ def test_ragged_padding_is_ignored(backend):
     b = run(sk.rejection_sample, garbage, case.draft_probs, case.target_probs, case.num_draft, **args)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     assert (a[1] <= case.num_draft).all()
+
+
+# ------------------------------------------------------------------ the GPU-shaped split paths of the triton kernels
+
+@pytest.fixture
+def split_everything(monkeypatch):
+    """Make the triton backend spread every call over (row, position, vocab chunk) programs and merge partials,
+    as it does on a GPU with a small batch (the interpreter's default is one program per row)."""
+    from specdec_kernels import triton_utils
+    from specdec_kernels.sampling import triton_kernels
+    monkeypatch.setattr(triton_kernels, "PROGRAMS", 10**6)
+    monkeypatch.setattr(triton_kernels, "MIN_CHUNK", 16)
+    monkeypatch.setattr(triton_kernels, "SPLIT_BLOCK", 16)
+    monkeypatch.setattr(triton_utils, "MAX_TILE", 64)
+
+
+SPLIT_SHAPES = [pytest.param(1, 1, 111, id="B1-K1-V111"), pytest.param(3, 4, 50, id="B3-K4-V50"),
+                pytest.param(2, 0, 37, id="B2-K0-V37"), pytest.param(2, 2, 1000, id="B2-K2-V1000")]
+
+
+@pytest.mark.parametrize("backend", [p for p in BACKENDS if p.values[0] == "triton"])
+@pytest.mark.parametrize("batch,k,vocab", SPLIT_SHAPES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES + [pytest.param(torch.float64, id="f64")])
+def test_triton_split_verify_greedy_equals_reference(backend, batch, k, vocab, dtype, split_everything,
+                                                     poisoned_outputs):  # noqa: F811
+    for seed, ties in ((81, False), (82, True)):
+        drafts, logits, num_draft = greedy_case(batch, k, vocab, seed, dtype, ties=ties)
+        if ties:
+            logits[..., vocab // 2:] = logits.amax(-1, keepdim=True)  # the maximum in several chunks
+        got = run(sk.verify_greedy, drafts, logits, num_draft, backend=backend)
+        want = ref.verify_greedy(drafts, logits, num_draft)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("backend", [p for p in BACKENDS if p.values[0] == "triton"])
+@pytest.mark.parametrize("batch,k,vocab", SPLIT_SHAPES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("with_q", [True, False], ids=["q", "no-q"])
+def test_triton_split_rejection_sample_equals_reference(backend, batch, k, vocab, dtype, with_q, split_everything,
+                                                        poisoned_outputs):  # noqa: F811
+    for ragged in (True, False):
+        case = sampling_case(batch, k, vocab, seed=83, dtype=dtype, with_q=with_q, ragged=ragged)
+        args = (case.draft_tokens, case.draft_probs, case.target_probs, case.num_draft)
+        noise = dict(uniform=case.uniform, exponential=case.exponential)
+        got = run(sk.rejection_sample, *args, **noise, backend=backend)
+        want = ref.rejection_sample(*args, **noise)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("backend", [p for p in BACKENDS if p.values[0] == "triton"])
+def test_triton_split_ties_and_zero_residual(backend, split_everything):
+    """Equal scores in different chunks go to the lowest index; an all-zero residual falls back to p; a row whose
+    every logit is -inf gives index 0; unchecked NaN logits give the first NaN, as torch.argmax does."""
+    vocab = 64
+    p = torch.zeros(3, 2, vocab)
+    p[:, :, 5] = p[:, :, 40] = 0.5  # ties across chunks (chunks of 16)
+    drafts = torch.tensor([[5], [40], [7]])
+    q = p[:, :1].clone()  # q == p at the rejected slot: residual all zero -> sample from p
+    e = torch.ones(3, vocab)
+    u = torch.tensor([[0.99], [1.0 - 2**-24], [0.0]])
+    args = (drafts, q, p, None)
+    got = run(sk.rejection_sample, *args, uniform=u, exponential=e, backend=backend)
+    want = ref.rejection_sample(*args, uniform=u, exponential=e)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    logits = torch.full((2, 2, vocab), float("-inf"))
+    logits[1, :, 33] = float("nan")
+    logits[1, :, 50] = float("nan")
+    logits[1, 1, 20] = 3.0
+    d = torch.tensor([[0], [33]])
+    got = run(sk.verify_greedy, d, logits, backend=backend, check_values=False)
+    want = ref.verify_greedy(d, logits)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

@@ -1,6 +1,7 @@
-"""Triton kernels for the accept-length reduction, greedy verification and rejection sampling.
+"""The previous Triton sampling kernels, one program per row: kept so bench/gpu_check can time them against the
+GPU-shaped kernels of triton_kernels.py (which the "triton" backend runs). Not used by the ops.
 
-One program per row b. Results must equal reference.py bit for bit, so:
+One program per row b, sweeping (K+1) x V serially. Results must equal reference.py bit for bit, so:
 - argmax follows torch: the first NaN wins, else the first maximal value (-0.0 == 0.0; all -inf gives 0);
 - probabilities are compared in float32 and divided with correctly rounded `div_rn` (`/` is approximate on GPU);
 - verify_greedy compares float64 logits in float64 (float16/bfloat16 -> float32 is exact, float64 -> float32
@@ -14,8 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .outputs import new_int64
-from .triton_utils import next_pow2, row_blocks
+from ..outputs import new_int64
+from ..triton_utils import next_pow2, row_blocks
 
 _BIG = tl.constexpr(2147483647)  # index sentinel, above any vocabulary index
 

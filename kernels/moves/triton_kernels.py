@@ -1,4 +1,4 @@
-"""Triton kernel for the in-place row moves of shift_rows_ and compact_rows_.
+"""Triton kernel of the row-move family: the in-place row moves of shift_rows_ and compact_rows_.
 
 Every tensor is seen as lines: one line is (b, outer index) and holds T positions x `inner` elements along
 `dim`, addressed through strides, so non-contiguous views work. Destination position u of a line takes source
@@ -21,8 +21,10 @@ import torch
 import triton
 import triton.language as tl
 
-from . import triton_utils as tu
+from .. import triton_utils as tu
+from . import reference
 
+_MOVABLE_WIDTHS = (1, 2, 4, 8)  # wider elements (complex128) go through the reference
 _FIELDS = 16  # int64 slots per table row: OFF, N1, N2, N3, SB, S1, S2, S3, T, ST, NI, SI, FILL, (pad)
 
 
@@ -203,18 +205,30 @@ def _launch(tensors, dim, fill, shifts, src, kept) -> None:
             BLOCK_T=block_t, BLOCK_I=block_i, num_warps=warps)
 
 
+def _split(tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(tensors the kernel moves, tensors of an element width it does not, e.g. complex128)."""
+    odd = [x for x in tensors if x.element_size() not in _MOVABLE_WIDTHS]
+    return ([x for x in tensors if x.element_size() in _MOVABLE_WIDTHS], odd) if odd else (list(tensors), odd)
+
+
 def shift_rows_(tensors: Sequence[torch.Tensor], shifts: torch.Tensor, *, dim: int, fill) -> None:
     """In place: tensors[i][b, ..., t, ...] = old[b, ..., t - shifts[b], ...] along `dim` where in range,
     else fill. Each tensor has batch B at dim 0 and any length T_i along dim; shifts int64[B]."""
+    tensors, odd = _split(tensors)
     _launch(tensors, dim, fill, shifts, None, None)
+    if odd:
+        reference.shift_rows_(odd, shifts, dim=dim, fill=fill)
 
 
 def compact_rows_(tensors: Sequence[torch.Tensor], keep: torch.Tensor, *, dim: int, fill) -> torch.Tensor:
     """In place: the kept positions (keep bool[B, T]) of each row move, in order, to the end of the row along
     `dim`; the freed front gets fill. Each tensor has batch B at dim 0 and length T along dim. -> kept int64[B]."""
+    tensors, odd = _split(tensors)
     kept = keep.sum(dim=1)
     # A stable sort puts the dropped positions first, then the kept ones in order: destination
     # u >= T - kept[b] takes position order[b, u].
     order = torch.sort(keep.view(torch.uint8), dim=1, stable=True).indices
     _launch(tensors, dim, fill, None, order, kept)
+    if odd:
+        reference.compact_rows_(odd, keep, dim=dim, fill=fill)
     return kept
