@@ -85,8 +85,7 @@ def processed_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int =
     scores = logits.float()
     if temperature != 1.0:
         quotient = scores / temperature
-        # Only a temperature below 1 can overflow; checking costs one pass and (on a GPU) a host sync.
-        if temperature < 1.0 and not bool(torch.isfinite(quotient).all()):
+        if temperature < 1.0:  # only a temperature below 1 can overflow; chosen per row on the device, no sync
             overflow = (~torch.isfinite(quotient) & torch.isfinite(scores)).any(dim=-1, keepdim=True)
             broken = (torch.isnan(scores) | torch.isposinf(scores)).any(dim=-1, keepdim=True)  # left as they are
             shifted = (scores - scores.amax(dim=-1, keepdim=True)) / temperature

@@ -44,11 +44,10 @@ def test_logits_equal_dynamic_cache_with_the_same_masks(family):
     state = RaggedKV(model, 3, capacity=8)  # small: the steps below force two doublings
     spy = MaskSpy(state)
     ids = torch.zeros(3, 13, dtype=torch.long)
-    new_mask = torch.zeros(3, 13, dtype=torch.bool)
-    for b, p in enumerate(_prompts((13, 1, 6), seed=2)):
+    prompts = _prompts((13, 1, 6), seed=2)
+    for b, p in enumerate(prompts):
         ids[b, 13 - len(p):] = torch.tensor(p)
-        new_mask[b, 13 - len(p):] = True
-    ours = [state.forward(ids, new_mask)]
+    ours = [state.forward(ids, [len(p) for p in prompts])]
     for n in (1, 5, 2, 1, 7):
         ours.append(state.forward(torch.randint(0, 128, (3, n), generator=g)))
     assert state.cache.capacity == 32

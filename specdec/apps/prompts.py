@@ -5,23 +5,59 @@ from __future__ import annotations
 
 import json
 import os
+from importlib import resources
 
 from ..models.demo import shipped_prompts
+
+
+# SpecBench's eight MT-bench categories are reported together, as its paper does.
+MT_BENCH = frozenset({"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"})
+SPECBENCH_STYLE = "specbench_style.jsonl"  # shipped: our own prompts in SpecBench's six categories
+
+
+def _check_limit(name: str, value) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{name} must be an int >= 1 (or None for every prompt), got {value!r}")
 
 
 def load_prompts(path: str | None, limit: int | None = None) -> list[str]:
     """The prompts of `path` (None: the shipped ones), the first `limit` (>= 1) of them if given. Errors name
     the file, and the line where there is one."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"limit must be an int >= 1 (or None for every prompt), got {limit!r}")
+    return [text for _, text in load_prompt_records(path, limit)]
+
+
+def load_prompt_records(path: str | None, limit: int | None = None,
+                        per_category: int | None = None) -> list[tuple[str | None, str]]:
+    """(category or None, text) for each prompt of `path` (None: the shipped demo prompts; "specbench-style":
+    the shipped SpecBench-style set). per_category keeps the first N of each category, in file order."""
+    _check_limit("limit", limit)
+    _check_limit("per_category", per_category)
     if path is None:
-        texts = [p["text"] for p in shipped_prompts()]
+        records = [(p.get("category"), p["text"]) for p in shipped_prompts()]
+    elif path == "specbench-style":
+        records = _read_file(str(resources.files("specdec").joinpath("data", SPECBENCH_STYLE)))
     else:
-        texts = _read_file(path)
-    return texts[:limit] if limit is not None else texts
+        records = _read_file(path)
+    if per_category is not None:
+        seen: dict = {}
+        kept = []
+        for category, text in records:
+            seen[category] = seen.get(category, 0) + 1
+            if seen[category] <= per_category:
+                kept.append((category, text))
+        records = kept
+    return records[:limit] if limit is not None else records
 
 
-def _read_file(path: str) -> list[str]:
+def by_category(records) -> dict:
+    """{category: [texts]} in first-seen order."""
+    out: dict = {}
+    for category, text in records:
+        out.setdefault(category, []).append(text)
+    return out
+
+
+def _read_file(path: str) -> list[tuple[str | None, str]]:
     if os.path.isdir(path):
         raise ValueError(f"prompts file {path!r} is a folder, not a file")
     if not os.path.isfile(path):
@@ -47,7 +83,7 @@ def _read_file(path: str) -> list[str]:
         if not line.strip():
             continue
         if not is_jsonl:
-            texts.append(line)
+            texts.append((None, line))
             continue
         try:
             record = json.loads(line)
@@ -58,7 +94,9 @@ def _read_file(path: str) -> list[str]:
             text = record["turns"][0]
         if not isinstance(text, str) or not text:
             raise ValueError(f"{path}:{number}: no 'text' field (a non-empty string, or SpecBench 'turns')")
-        texts.append(text)
+        category = record.get("category")
+        category = "mt_bench" if category in MT_BENCH else (str(category) if category is not None else None)
+        texts.append((category, text))
     if not texts:
         raise ValueError(f"prompts file {path!r} is empty")
     return texts

@@ -82,9 +82,9 @@ class ModelDrafter:
         position = [("model", i) for i in range(1, k + 1)]
         return [position] * batch.size
 
-    def _forward(self, lane, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def _forward(self, lane, ids: torch.Tensor, lengths: list[int] | None) -> torch.Tensor:
         with self.timed(ids.numel()) if self.timed is not None else contextlib.nullcontext():
-            return lane.forward(ids.to(self.device, non_blocking=True), mask, logits_to_keep=1)[:, -1]
+            return lane.forward(ids.to(self.device, non_blocking=True), lengths, logits_to_keep=1)[:, -1]
 
     def propose(self, batch: StepBatch, k: int, sampling: SamplingConfig, generator: torch.Generator | None,
                 stop: StopRule | None = None) -> Proposal:
@@ -105,9 +105,8 @@ class ModelDrafter:
                 states[b].skipped = min(states[b].skipped, len(states[b].pending))
         lag = max(len(st.pending) for st in states)
         rows = [st.pending + [st.prev, st.last] for st in states]
-        ids, mask = right_aligned(rows, lag + 2)
-        ragged = any(len(st.pending) != lag for st in states)
-        logits = self._forward(lane, ids, mask if ragged else None)
+        ids = right_aligned(rows, lag + 2)
+        logits = self._forward(lane, ids, [len(r) for r in rows])
         for st in states:
             self.catch_up_columns += len(st.pending)
             self.resumed_columns += st.skipped

@@ -17,7 +17,7 @@ Host bookkeeping. The per-row counts (`lengths`, and `span`: columns from a row'
 `length`) are kept on the host as well as on the device, and drop counts arrive as host ints, so realigning
 needs no device-to-host sync; the device copy `seq_len` feeds the positions.
 
-Holes also come from ragged writes: a forward whose `new_mask` leaves some rows' first columns empty (a
+Holes also come from ragged writes: a forward whose `new_lengths` leave some rows' first columns empty (a
 prefill, or a draft model catching up on several tokens per row) leaves holes before those rows' new tokens.
 They are masked like any other padding and count as waste for compaction.
 """
@@ -158,30 +158,28 @@ class RaggedKV:
             return torch.where(visible, zero, torch.finfo(self.dtype).min)
         return visible
 
-    def forward(self, input_ids: torch.Tensor, new_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor, new_lengths: Sequence[int] | None = None,
                 logits_to_keep: int = 0) -> torch.Tensor:
         """Run the model on n new columns per row (input_ids [B, n]), appending their keys and values.
 
-        new_mask: optional CPU bool [B, n] marking the real tokens (default: all); each row's real tokens must
-        be its last ones (padding first), so a row's real columns stay contiguous from its first new one.
+        new_lengths: optional host ints: row b's real tokens are its last new_lengths[b] columns, the ones
+        before them padding (default: all n are real), so a row's real columns stay contiguous.
         Returns logits [B, n or logits_to_keep, V]."""
         n = input_ids.shape[1]
-        if new_mask is None:
+        if new_lengths is None:
             real = [n] * self.batch
-            lead = [0] * self.batch
         else:
-            if new_mask.device.type != "cpu":
-                raise ValueError("new_mask must be a CPU tensor: its counts are host bookkeeping")
-            real = new_mask.sum(dim=1).tolist()
-            lead = [n - r for r in real]
+            real = [int(r) for r in new_lengths]
+        lead = [n - r for r in real]
+        ragged = any(lead)
         self.reserve(n)
         self.cache.reserve(n)  # within capacity now: only records n for the layers' update()
         q0 = self.length
-        if new_mask is None:
+        if not ragged:
             self.mask[:, q0:q0 + n] = True
             counts = self._columns(n + 1)[None, 1:]
         else:
-            device_mask = new_mask.to(self.device, non_blocking=True)
+            device_mask = self._columns(n)[None, :] >= self._tensor(lead)[:, None]
             self.mask[:, q0:q0 + n] = device_mask
             counts = device_mask.to(torch.int64).cumsum(dim=1)
         positions = (self.seq_len[:, None] + counts - 1).clamp_(min=0)
@@ -235,8 +233,9 @@ class RaggedKV:
                 self._shift_rows_loop(shifts)
             else:
                 device_shifts = self._tensor(shifts)
-                sk.shift_rows_(self.cache.live(), device_shifts, dim=-2, backend=self.backend)
-                sk.shift_rows_(self.mask[:, self.start:self.length], device_shifts, dim=-1, backend=self.backend)
+                sk.shift_rows_(self.cache.live(), device_shifts, dim=-2, backend=self.backend, check_values=False)
+                sk.shift_rows_(self.mask[:, self.start:self.length], device_shifts, dim=-1, backend=self.backend,
+                               check_values=False)
         self.cache.length -= dmin
         for b, d in enumerate(drop):
             self.span[b] = max(0, self.span[b] - d)
@@ -272,7 +271,7 @@ class RaggedKV:
             return
         live = self.length - self.start
         window = self.mask[:, self.start:self.length]
-        sk.compact_rows_(self.cache.live(), window, dim=-2, backend=self.backend)
+        sk.compact_rows_(self.cache.live(), window, dim=-2, backend=self.backend, check_values=False)
         # The mask compacts to right-aligned runs of seq_len[b]: write that instead of moving it.
         window.copy_(self._columns(live)[None, :] >= (live - self.seq_len)[:, None])
         self.span = list(self.lengths)
@@ -362,20 +361,18 @@ class RaggedKV:
         """A new right-aligned batch holding `prompts`, with room for `extra` more columns; also returns the
         logits of the last column(s)."""
         width = max(len(p) for p in prompts)
-        ids, new_mask = right_aligned(prompts, width)
+        ids = right_aligned(prompts, width)
         state = cls(model, len(prompts), round_up_pow2(width + extra), backend, realign, compact_threshold)
-        logits = state.forward(ids.to(state.device), new_mask, logits_to_keep=logits_to_keep)
+        logits = state.forward(ids.to(state.device), [len(p) for p in prompts], logits_to_keep=logits_to_keep)
         state.written = 0  # the prompt is not what a step writes
         state.new_real = [0] * state.batch
         return state, logits
 
 
-def right_aligned(rows: Sequence[Sequence[int]], width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """CPU (ids int64 [B, width], mask bool [B, width]) with each row's tokens at the end (padding id 0 first)."""
+def right_aligned(rows: Sequence[Sequence[int]], width: int) -> torch.Tensor:
+    """CPU ids int64 [B, width] with each row's tokens at the end (padding id 0 first)."""
     ids = torch.zeros(len(rows), width, dtype=torch.int64)
-    mask = torch.zeros(len(rows), width, dtype=torch.bool)
     for b, row in enumerate(rows):
         if len(row):
             ids[b, width - len(row):] = torch.as_tensor(list(row), dtype=torch.int64)
-            mask[b, width - len(row):] = True
-    return ids, mask
+    return ids

@@ -285,11 +285,6 @@ class DecodeLoop:
         return out
 
 
-def _no_value_checks() -> dict:
-    """The loop builds every op input itself (ids in range, counts within K, finite probabilities from softmax),
-    so it skips the checks that read tensor values: each would cost a device sync."""
-    import inspect
-    return {"check_values": False} if "check_values" in inspect.signature(sk.verify_greedy).parameters else {}
-
-
-NO_VALUE_CHECKS = _no_value_checks()
+# The loop builds every op input itself (ids in range, counts within K, finite probabilities from softmax), so it
+# skips the checks that read tensor values: each would cost a device sync.
+NO_VALUE_CHECKS = {"check_values": False}

@@ -1,0 +1,163 @@
+"""Speed side by side: plain batched decoding against speculative decoding with each drafter, with the speculation
+controller (adaptive) and with a fixed K, per prompt category and batch size, and optionally what a transformers
+user would run instead. Every configuration of a (category, batch size) cell runs in the same process, `repeats`
+times, in a rotating order, so the noise of a shared machine falls on all of them alike; the ratios are what to
+read, not the absolute rates.
+
+Decoders live as long as their cell: the controller learns costs and acceptance on the first repeat and keeps them
+(as it would across a user's generate calls); the first repeat's exploration is part of the measured time.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import torch
+
+from ..decoder import SpeculativeDecoder
+
+Factory = Callable[[], object]  # makes a drafter (a model or a drafter object)
+
+
+def _trim(tokens: list[int], eos: set[int]) -> list[int]:
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[:i + 1]
+    return tokens
+
+
+class _Engine:
+    def __init__(self, target, drafter, adaptive: bool, k: int, scheduler: str):
+        if drafter is None:
+            self.decoder = SpeculativeDecoder(target, None, scheduler="autoregressive")
+        else:
+            self.decoder = SpeculativeDecoder(target, drafter, num_draft_tokens=k, scheduler=scheduler,
+                                              adaptive=adaptive)
+        self.stats: list[dict] = []
+
+    def run(self, ids, max_new: int, batch_size: int):
+        res = self.decoder.generate(ids, max_new_tokens=max_new, batch_size=batch_size)
+        self.stats.append(res.stats)
+        return res.sequences, res.stats["total_seconds"]
+
+
+class _Transformers:
+    """model.generate as a transformers user calls it: per prompt (batch 1) with prompt lookup or an assistant
+    model (assisted generation refuses batches), or plain over left-padded batches."""
+
+    def __init__(self, target, how: str, assistant=None, pad_id: int = 0):
+        self.target, self.how, self.assistant, self.pad_id = target, how, assistant, pad_id
+        self.stats: list[dict] = []
+
+    def run(self, ids, max_new: int, batch_size: int, k: int = 4):
+        out = []
+        start = time.perf_counter()
+        with torch.no_grad():
+            if self.how == "batched":
+                for i in range(0, len(ids), batch_size):
+                    chunk = ids[i:i + batch_size]
+                    width = max(map(len, chunk))
+                    x = torch.full((len(chunk), width), self.pad_id, dtype=torch.int64)
+                    mask = torch.zeros_like(x)
+                    for b, p in enumerate(chunk):
+                        x[b, width - len(p):] = torch.tensor(p)
+                        mask[b, width - len(p):] = 1
+                    y = self.target.generate(x, attention_mask=mask, do_sample=False, max_new_tokens=max_new,
+                                             pad_token_id=self.pad_id)
+                    out += [row[width:].tolist() for row in y]
+            else:
+                extra = {"prompt_lookup_num_tokens": k} if self.how == "lookup" else {}
+                if self.how == "assisted":
+                    extra = {"assistant_model": self.assistant}
+                for p in ids:
+                    x = torch.tensor([p])
+                    y = self.target.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
+                                             max_new_tokens=max_new, pad_token_id=self.pad_id, **extra)
+                    out.append(y[0, len(p):].tolist())
+        return out, time.perf_counter() - start
+
+
+def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes, *, max_new: int = 64, k: int = 4,
+            repeats: int = 2, scheduler: str = "eqspec", fixed: bool = True, transformers: bool = False,
+            assistants: dict | None = None, show=print) -> list[dict]:
+    """Rows {category, batch_size, run, seconds, tokens_per_s, speedup, ...}; categories: {name: [token ids]}.
+
+    drafters: name -> factory of a drafter; each runs adaptive (and with fixed K when `fixed`). transformers:
+    add transformers' own generate at batch 1 (plain, prompt lookup, and assisted with each of `assistants`)
+    and plain batched generate at every batch size above 1."""
+    eos = getattr(target.generation_config, "eos_token_id", None)
+    eos = set([eos] if isinstance(eos, int) else (eos or []))
+    pad = target.generation_config.pad_token_id
+    pad = pad if isinstance(pad, int) else (min(eos) if eos else 0)
+    rows = []
+    for category, ids in categories.items():
+        for batch_size in batch_sizes:
+            runs: dict[str, object] = {"plain": _Engine(target, None, True, k, scheduler)}
+            for name, make in drafters.items():
+                runs[f"{name}, adaptive"] = _Engine(target, make(), True, k, scheduler)
+                if fixed:
+                    runs[f"{name}, fixed K={k}"] = _Engine(target, make(), False, k, scheduler)
+            if transformers and batch_size == 1:
+                runs["transformers generate"] = _Transformers(target, "plain", pad_id=pad)
+                runs[f"transformers prompt lookup K={k}"] = _Transformers(target, "lookup", pad_id=pad)
+                for name, model in (assistants or {}).items():
+                    runs[f"transformers assisted ({name})"] = _Transformers(target, "assisted", model, pad)
+            elif transformers:
+                runs["transformers batched generate"] = _Transformers(target, "batched", pad_id=pad)
+            names = list(runs)
+            seconds = dict.fromkeys(names, 0.0)
+            outputs: dict[str, list] = {}
+            for rep in range(repeats):
+                order = names[rep % len(names):] + names[:rep % len(names)]
+                for name in order:
+                    seqs, s = runs[name].run(ids, max_new, batch_size)
+                    seconds[name] += s
+                    outputs[name] = [_trim(list(q), eos) for q in seqs]
+            tokens = sum(len(q) for q in outputs["plain"]) * repeats
+            for name in names:
+                stats = getattr(runs[name], "stats", [])
+                last = stats[-1] if stats else {}
+                row = {"category": category, "batch_size": batch_size, "run": name, "seconds": seconds[name],
+                       "tokens_per_s": tokens / seconds[name] if seconds[name] else 0.0,
+                       "speedup": seconds["plain"] / seconds[name] if seconds[name] else 0.0,
+                       "exact": outputs[name] == outputs["plain"],
+                       "acceptance_rate": last.get("acceptance_rate"), "mean_width": last.get("mean_width"),
+                       "plain_steps": last.get("plain_steps"), "steps": last.get("steps"),
+                       "explore_steps": last.get("explore_steps"),
+                       "control_share": (sum(st.get("control_seconds", 0.0) for st in stats)
+                                         / max(1e-12, sum(st.get("total_seconds", 0.0) for st in stats)))
+                       if stats else None,
+                       "width_histogram": last.get("width_histogram")}
+                rows.append(row)
+                show(format_row(row))
+    return rows
+
+
+def format_row(row: dict) -> str:
+    width = f"{row['mean_width']:.2f}" if row.get("mean_width") else "-"
+    acc = f"{row['acceptance_rate']:.0%}" if row.get("acceptance_rate") else "-"
+    return (f"{str(row['category']):15s} B={row['batch_size']:<2d} {row['run']:34s} {row['speedup']:5.2f}x "
+            f"{row['tokens_per_s']:7.1f} tok/s  width {width:>4s}  accept {acc:>4s}  "
+            f"{'exact' if row['exact'] else 'DIFFERS'}")
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: one line per (run, batch size), one column per category, plus the mean over categories."""
+    categories = list(dict.fromkeys(r["category"] for r in rows))
+    keys = list(dict.fromkeys((r["run"], r["batch_size"]) for r in rows if r["run"] != "plain"))
+    head = ["run", "batch"] + [str(c) for c in categories] + (["mean"] if len(categories) > 1 else []) + \
+        ["mean width", "exact"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for run, batch in keys:
+        cells = [r for r in rows if r["run"] == run and r["batch_size"] == batch]
+        by = {r["category"]: r for r in cells}
+        ups = [by[c]["speedup"] for c in categories if c in by]
+        widths = [r["mean_width"] for r in cells if r.get("mean_width")]
+        line = [run, str(batch)] + [f"{by[c]['speedup']:.2f}x" if c in by else "-" for c in categories]
+        if len(categories) > 1:
+            line.append(f"{sum(ups) / len(ups):.2f}x")
+        line += [f"{sum(widths) / len(widths):.2f}" if widths else "-",
+                 "yes" if all(r["exact"] for r in cells) else "NO"]
+        lines.append("| " + " | ".join(line) + " |")
+    return "\n".join(lines)
