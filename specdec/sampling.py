@@ -1,8 +1,17 @@
 """Logits processing shared by the draft and the target.
 
 Speculative sampling is exact only if the drafts are sampled from the same distribution q that the rejection
-rule divides by, and the target side uses the distribution p the user asked for. So temperature, top-k and
-top-p go through ONE function for both models; the engine never processes logits anywhere else.
+rule divides by, and the target side uses the distribution p the user asked for. So every distribution the engine
+decodes from goes through ONE object, its scoring: SamplingConfig (temperature, top-k, top-p) here, or a
+transformers LogitsProcessorList (specdec.hf_generate). A scoring has
+
+    do_sample                      sample, or take the argmax
+    process(logits, prefixes)      processed scores [..., V] (float32); the argmax is the greedy token
+    probs(logits, prefixes)        softmax(process(...)): the distribution sampled from
+
+and `prefixes` (Prefixes) tells processors that read the tokens so far (repetition penalty, n-gram bans,
+minimum lengths) what each distribution of a block is conditioned on: for a verified block, position j of row b
+follows that row's history and its first j drafts, exactly what plain decoding would have seen there.
 """
 
 from __future__ import annotations
@@ -10,6 +19,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import torch
 
@@ -27,6 +37,19 @@ def _is_real(x) -> bool:
 
 def _is_integer(x) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+@dataclass
+class Prefixes:
+    """What each distribution of a [B, w, V] block is conditioned on: row b's position j follows
+    history(seqs[b]) (its prompt, then the tokens emitted so far; host ints) and then extra[b, :offset + j]
+    (drafts, on the device). prompt_length(seq) separates prompt from new tokens (minimum-length rules)."""
+
+    seqs: list[int]
+    history: Callable[[int], Sequence[int]] | None = None
+    prompt_length: Callable[[int], int] | None = None
+    extra: torch.Tensor | None = None
+    offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -65,13 +88,26 @@ class SamplingConfig:
             if not 0 < self.top_p <= 1:
                 raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
 
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+    def process(self, logits: torch.Tensor, prefixes: Prefixes | None = None) -> torch.Tensor:
+        """Greedy: the logits themselves (warpers never move the argmax). Sampling: the warped scores."""
+        if not self.do_sample:
+            return logits
+        return processed_scores(logits, self.temperature, self.top_k, self.top_p)
+
+    def probs(self, logits: torch.Tensor, prefixes: Prefixes | None = None) -> torch.Tensor:
         return processed_probs(logits, self.temperature, self.top_k, self.top_p)
 
 
 def processed_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
                     top_p: float = 1.0) -> torch.Tensor:
-    """float32 probabilities over the last dim after temperature, then top-k, then top-p (nucleus).
+    """float32 probabilities over the last dim after temperature, then top-k, then top-p (nucleus): the softmax
+    of processed_scores."""
+    return processed_scores(logits, temperature, top_k, top_p).softmax(dim=-1)
+
+
+def processed_scores(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
+                     top_p: float = 1.0) -> torch.Tensor:
+    """float32 scores over the last dim after temperature, then top-k, then top-p (nucleus); removed tokens -inf.
 
     top-k keeps the k largest logits (ties at the k-th value all stay). top-p keeps the smallest set of most
     likely tokens whose mass reaches top_p (always at least the most likely one), as transformers does.
@@ -102,7 +138,7 @@ def processed_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int =
         drop_sorted[..., -1] = False
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         scores = scores.masked_fill(drop, float("-inf"))
-    return scores.softmax(dim=-1)
+    return scores
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

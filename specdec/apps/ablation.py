@@ -19,12 +19,17 @@ import torch
 
 import specdec_kernels as sk
 
-from .check import plain_greedy
 from ..decoder import SCHEDULERS, SpeculativeDecoder
+from ..drafting.ngram import NgramDrafter
 from ..kv.ragged import REALIGN_MODES
 from ..models.demo import build_default_pair
-from .prompts import load_prompts
+from ..models.hf import load_causal_lm
+from .check import greedy_reference
+from .loading import folder_name, load_draft
+from .prompts import encode, load_prompts
 from .report import PHASES, format_runs, run_summary
+
+EMBEDDED = "embedded 8-layer Llama target + 2-layer layer-skip draft (specdec/models/demo.py)"
 
 
 def plan(quick: bool, device: str) -> tuple[list[int], list[dict]]:
@@ -46,17 +51,31 @@ def _supported(run: dict) -> bool:
     return run["scheduler"] in SCHEDULERS and run["realign"] in REALIGN_MODES
 
 
+def load_pair(device: str, target_dir: str | None = None, draft_dir: str | None = None, drafter: str = "model",
+              draft_dtype: str | None = None, prompts: list[str] = (), chat: bool = True):
+    """(target, draft model or drafter, encoded prompts, description of the models)."""
+    if target_dir is None:
+        target, draft, tokenizer = build_default_pair()
+        return target.to(device), draft.to(device), [tokenizer.encode(t) for t in prompts], EMBEDDED
+    target, tokenizer = load_causal_lm(target_dir, device=device)
+    draft, what = load_draft(target, tokenizer, draft=draft_dir, drafter=drafter,
+                             draft_dtype=draft_dtype or "float16", device=device)
+    return target, draft, encode(tokenizer, list(prompts), chat), f"{folder_name(target_dir)} target + {what}"
+
+
 def run_ablation(quick: bool = False, json_out: str | None = "results/ablation.json", plot: str | None = None,
                  device: str = "cpu", threads: int = 1, prompts: str | None = None,
                  max_new_tokens: int | None = None, k: int = 4, batch_sizes: list[int] | None = None,
-                 limit: int | None = None) -> dict:
+                 limit: int | None = None, target_dir: str | None = None, draft_dir: str | None = None,
+                 drafter: str = "model", draft_dtype: str | None = None, chat: bool = True,
+                 command: str | None = None) -> dict:
     torch.set_num_threads(threads)
-    target, draft, tokenizer = build_default_pair()
-    target, draft = target.to(device), draft.to(device)
     texts = load_prompts(prompts, limit=limit or (8 if quick else 24))
-    ids = [tokenizer.encode(t) for t in texts]
+    target, draft, ids, models = load_pair(device, target_dir, draft_dir, drafter, draft_dtype, texts, chat)
     max_new = max_new_tokens or (32 if quick else 64)
-    reference = [plain_greedy(target, p, max_new)[0] for p in ids]
+    print(f"specdec ablate: {models}; {len(ids)} prompts, {max_new} new tokens, K={k} every step, "
+          f"{threads} thread(s), {device}", flush=True)
+    reference = greedy_reference(target, ids, max_new)
     planned_sizes, runs = plan(quick, device)
     batch_sizes = batch_sizes or planned_sizes
     skipped = [r for r in runs if not _supported(r)]
@@ -65,7 +84,9 @@ def run_ablation(quick: bool = False, json_out: str | None = "results/ablation.j
     records, rows = [], []
     for batch_size in batch_sizes:
         for run in (r for r in runs if _supported(r)):
-            decoder = SpeculativeDecoder(target, None if run["scheduler"] == "autoregressive" else draft,
+            # a drafter object keeps per-sequence state: every run gets a fresh one
+            fresh = NgramDrafter(draft.max_n, draft.min_n) if isinstance(draft, NgramDrafter) else draft
+            decoder = SpeculativeDecoder(target, None if run["scheduler"] == "autoregressive" else fresh,
                                          num_draft_tokens=k, scheduler=run["scheduler"], backend=run["backend"],
                                          realign=run["realign"], adaptive=False)  # K every step: realignment measured
             start = time.perf_counter()
@@ -82,9 +103,10 @@ def run_ablation(quick: bool = False, json_out: str | None = "results/ablation.j
             name = f"B={batch_size} {run['scheduler']} {run['backend']} {run['realign']}"
             rows.append(run_summary(name, stats, threads, exact=equivalence))
             print(format_runs(rows[-1:]).splitlines()[-1], flush=True)
-    report = {"runs": records, "machine": machine(threads, device), "config": {
-        "prompts": len(ids), "max_new_tokens": max_new, "num_draft_tokens": k, "quick": quick,
-        "models": "embedded 8-layer Llama target + 2-layer layer-skip draft (specdec/demo_models.py)"}}
+    report = {"runs": records, "machine": machine(threads, device), "command": command, "config": {
+        "prompts": len(ids), "max_new_tokens": max_new, "num_draft_tokens": k, "quick": quick, "models": models,
+        "target": str(target_dir) if target_dir else None,
+        "drafter": "n-gram" if isinstance(draft, NgramDrafter) else "model"}}
     print("\n" + format_runs(rows))
     if json_out:
         os.makedirs(os.path.dirname(json_out) or ".", exist_ok=True)
@@ -145,7 +167,9 @@ def plot_ablation(report: dict, path: str) -> None:
     right.set_ylabel("tokens/s")
     right.set_title("throughput")
     right.legend(fontsize=7)
-    fig.suptitle(f"specdec ablation ({report['machine']['threads']} thread(s), {report['machine']['device']})")
+    models = report.get("config", {}).get("models", EMBEDDED)
+    fig.suptitle(f"specdec ablation: {models} ({report['machine']['threads']} thread(s), "
+                 f"{report['machine']['device']})")
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -1,11 +1,17 @@
 """`python -m specdec` / `specdec`: the main job (run), the embedded demo (demo) and the ablation (ablate).
 
-    specdec run                              embedded target/draft pair on the shipped prompts
+    specdec run                              embedded target/draft pair on the shipped prompts, per category
     specdec run --target DIR --drafter ngram a local Hugging Face model with prompt-lookup drafting
     specdec run --target DIR --draft-dtype float16 --check
+    specdec run --target DIR --scheduler autoregressive    plain batched decoding, no drafter
     specdec demo                             autoregressive vs EQSPEC (model and n-gram drafts), with --check
-    specdec real-demo                        SmolLM2-135M (make real-demo installs it): batch 1/4/8, two drafters
-    specdec ablate --quick --json F --plot F.png
+    specdec real-demo                        SmolLM2-135M (make real-demo installs it): SpecBench-style categories,
+                                             batch 1/4/8, n-gram and float16-copy drafters, adaptive and fixed K
+    specdec ablate --quick --json F --plot F.png             the embedded pair; --target DIR for a real model
+
+Speculation is adaptive by default: the speculation controller picks each step's verify width (1..K+1) and each
+row's draft count from measured forward costs and acceptance, down to plain decoding where drafting does not pay;
+--fixed-k verifies K drafts every step. Output is exact either way.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import tempfile
 
@@ -23,39 +30,52 @@ import specdec_kernels as sk
 from ..decoder import SpeculativeDecoder
 from ..drafting.ngram import NgramDrafter
 from ..models.demo import build_default_pair
-from ..models.hf import cheap_copy, check_tokenizers_match, load_causal_lm
+from ..models.hf import load_causal_lm
 from ..sampling import SamplingConfig
 from ..validation import check_seed
 from .ablation import run_ablation
 from .check import check_against_greedy
 from .demo import run_demo
-from .prompts import encode, load_prompts
-from .real_demo import run_real_demo
-from .report import format_runs, run_summary
+from .loading import DTYPES, check_drafter_flags, check_model_folder, folder_name, load_draft
+from .progress import Progress
+from .prompts import encode, load_prompt_records, load_prompts
+from .real_demo import DRAFTERS, run_real_demo
+from .report import format_runs, merge_stats, run_summary
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+THREADS_DEFAULT = int(os.environ.get("SPECDEC_THREADS", "1"))
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def _add_model_args(p: argparse.ArgumentParser, draft_default: str) -> None:
     g = p.add_argument_group("models")
     g.add_argument("--target", help="local Hugging Face causal LM folder (default: the embedded demo pair)")
     g.add_argument("--draft", help="local Hugging Face folder of the draft model (same tokenizer)")
     g.add_argument("--drafter", choices=("model", "ngram"), default="model",
                    help="draft model, or prompt-lookup n-gram drafting (no model)")
     g.add_argument("--draft-dtype", choices=tuple(DTYPES), default=None,
-                   help="use a copy of the target's weights in this dtype as the draft model")
+                   help=f"use a copy of the target's weights in this dtype as the draft model ({draft_default})")
     g.add_argument("--no-chat-template", action="store_true", help="feed prompts raw, not through a chat template")
 
 
 def _add_decode_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("decoding")
-    g.add_argument("--scheduler", choices=("eqspec", "exspec", "autoregressive"), default="eqspec")
+    g.add_argument("--scheduler", choices=("eqspec", "exspec", "autoregressive"), default="eqspec",
+                   help="autoregressive: plain batched decoding, no drafter (the baseline)")
     g.add_argument("--batch-size", type=int, default=8)
     g.add_argument("--window", type=int, default=32, help="EXSPEC: how many sequences the pool holds")
-    g.add_argument("--num-draft-tokens", "-k", type=int, default=4)
+    g.add_argument("--num-draft-tokens", "-k", type=int, default=4,
+                   help="K: the most drafts per row in one step (default 4)")
+    g.add_argument("--fixed-k", action="store_true",
+                   help="verify K drafts every step (the speculation controller, on by default, picks each step's "
+                        "verify width 1..K+1 from measured costs and acceptance, down to plain decoding)")
     g.add_argument("--max-new-tokens", type=int, default=64)
-    g.add_argument("--prompts", help="jsonl with a 'text' field (or SpecBench 'turns'), or text, one per line")
+    g.add_argument("--prompts", help="jsonl with a 'text' field (or SpecBench 'turns'; 'category' is used), or "
+                                     "text, one per line; 'specbench-style' is the shipped SpecBench-style set")
     g.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
+    g.add_argument("--per-category", type=int, default=None, metavar="N",
+                   help="use only the first N prompts of each category")
+    g.add_argument("--pooled", action="store_true",
+                   help="decode all prompts in one generate() call (default: one call per category, one row each)")
     g.add_argument("--backend", choices=("auto", "torch", "cpp", "triton"), default=None)
     g.add_argument("--realign", choices=("shift", "mask", "paper"), default=None,
                    help="how rows are realigned after each step (default: the engine's)")
@@ -64,38 +84,74 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--threads", type=int, default=int(os.environ.get("SPECDEC_THREADS", "1")))
+    g.add_argument("--threads", type=int, default=THREADS_DEFAULT)
     g.add_argument("--device", default="cpu")
+
+
+def _add_real_demo_args(real: argparse.ArgumentParser) -> None:
+    real.add_argument("--target", help="local Hugging Face folder (default: SmolLM2-135M-Instruct, converted once)")
+    real.add_argument("--prompts", default="specbench-style",
+                      help="prompts file with categories (default: the shipped SpecBench-style set; here: "
+                           "--prompts ../shared/data/spec_bench_questions.jsonl --per-category 5)")
+    real.add_argument("--per-category", type=int, default=2, metavar="N", help="first N prompts of each category")
+    real.add_argument("--limit", type=int, default=None, help="at most N prompts in all")
+    real.add_argument("--max-new-tokens", type=int, default=48)
+    real.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8], metavar="B")
+    real.add_argument("--repeats", type=int, default=2, help="timed runs of every configuration, in rotating order")
+    real.add_argument("--num-draft-tokens", "-k", type=int, default=4, help="K, the most drafts per row per step")
+    real.add_argument("--drafters", nargs="+", choices=tuple(DRAFTERS), default=list(DRAFTERS),
+                      help="n-gram prompt lookup and/or the target's float16 copy")
+    real.add_argument("--no-fixed", action="store_true", help="only the controller (adaptive), no fixed-K runs")
+    real.add_argument("--transformers", action="store_true",
+                      help="also time transformers' generate: prompt lookup and assisted at batch 1 (per prompt), "
+                           "plain generate over left-padded batches above 1")
+    real.add_argument("--no-check", action="store_true",
+                      help="skip comparing every output with plain greedy decoding (target.generate per prompt)")
+    real.add_argument("--no-chat-template", action="store_true", help="feed prompts raw, not through a chat template")
+    real.add_argument("--threads", type=int, default=THREADS_DEFAULT)
+    real.add_argument("--json", dest="json_out", default=None, help="write rows, header and command line here")
+
+
+def _add_ablate_args(ablate: argparse.ArgumentParser) -> None:
+    _add_model_args(ablate, "with --target, the default draft is its float16 copy")
+    ablate.add_argument("--quick", action="store_true", help="batch sizes 1 and 8, fewer prompts (< 5 min here)")
+    ablate.add_argument("--json", dest="json_out", default="results/ablation.json")
+    ablate.add_argument("--plot", default=None)
+    ablate.add_argument("--device", default="cpu")
+    ablate.add_argument("--threads", type=int, default=THREADS_DEFAULT)
+    ablate.add_argument("--prompts", default=None)
+    ablate.add_argument("--limit", type=int, default=None, help="prompts (default 8 with --quick, else 24)")
+    ablate.add_argument("--max-new-tokens", type=int, default=None)
+    ablate.add_argument("--batch-sizes", type=int, nargs="+", default=None, metavar="B",
+                        help="default 1 8 with --quick, else 1 2 4 8 16")
+    ablate.add_argument("--num-draft-tokens", "-k", type=int, default=4, help="K, drafted every step (fixed K)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="decode prompts and print throughput, acceptance, phases, exactness")
-    _add_model_args(run)
+    run = sub.add_parser("run", help="decode prompts and print throughput, acceptance, phases, exactness",
+                         description="Decode prompts and print throughput, acceptance, the controller's mean verify "
+                                     "width, phases and exactness; one row per prompt category and the total. The "
+                                     "speculation controller is on by default (--fixed-k turns it off).")
+    _add_model_args(run, "with --target: give this, --draft or --drafter ngram")
     _add_decode_args(run)
     run.add_argument("--check", action="store_true", help="also run plain greedy decoding and compare per prompt")
-    run.add_argument("--json", dest="json_out", help="write the summary (and per-prompt checks) here")
+    run.add_argument("--json", dest="json_out", help="write the summary, every stat and per-prompt checks here")
     run.add_argument("--show", type=int, default=2, help="print the text of the first N outputs")
     demo = sub.add_parser("demo", help="the embedded pair: autoregressive vs EQSPEC with a model and n-gram draft")
-    demo.add_argument("--threads", type=int, default=int(os.environ.get("SPECDEC_THREADS", "1")))
+    demo.add_argument("--threads", type=int, default=THREADS_DEFAULT)
     demo.add_argument("--backend", choices=("auto", "torch", "cpp", "triton"), default=None)
     demo.add_argument("--json", dest="json_out", default=None, help="also write the table's numbers here")
-    real = sub.add_parser("real-demo", help="SmolLM2-135M-Instruct: plain vs n-gram vs float16-copy drafting")
-    real.add_argument("--threads", type=int, default=int(os.environ.get("SPECDEC_THREADS", "1")))
-    real.add_argument("--limit", type=int, default=8, help="how many shipped prompts")
-    real.add_argument("--max-new-tokens", type=int, default=48)
-    real.add_argument("--prompts", default=None)
-    real.add_argument("--json", dest="json_out", default=None)
+    real = sub.add_parser("real-demo", help="SmolLM2-135M-Instruct, SpecBench-style: plain vs n-gram vs float16 copy",
+                          description="Per prompt category and batch size: plain batched decoding against EQSPEC "
+                                      "with each drafter, with the speculation controller and with fixed K, every "
+                                      "output checked against plain greedy decoding. Batch sizes larger than a "
+                                      "category's prompt count run on all categories' prompts mixed.")
+    _add_real_demo_args(real)
     ablate = sub.add_parser("ablate", help="schedulers x backends x batch sizes, with phase shares and a plot")
-    ablate.add_argument("--quick", action="store_true", help="batch sizes 1 and 8, fewer prompts (< 5 min here)")
-    ablate.add_argument("--json", dest="json_out", default="results/ablation.json")
-    ablate.add_argument("--plot", default=None)
-    ablate.add_argument("--device", default="cpu")
-    ablate.add_argument("--threads", type=int, default=int(os.environ.get("SPECDEC_THREADS", "1")))
-    ablate.add_argument("--prompts", default=None)
-    ablate.add_argument("--max-new-tokens", type=int, default=None)
+    _add_ablate_args(ablate)
     return parser
 
 
@@ -103,20 +159,16 @@ def load_models(args):
     """(target, draft model or drafter, tokenizer, description); no drafter for --scheduler autoregressive."""
     if args.target:
         target, tokenizer = load_causal_lm(args.target, device=args.device)
-        name = os.path.basename(os.path.normpath(args.target))
+        name = folder_name(args.target)
         if args.scheduler == "autoregressive":
             return target, None, tokenizer, f"{name}, no drafter"
-        if args.drafter == "ngram":
-            return target, NgramDrafter(), tokenizer, f"{name} + n-gram drafter"
-        if args.draft:
-            draft, draft_tokenizer = load_causal_lm(args.draft, device=args.device)
-            check_tokenizers_match(tokenizer, draft_tokenizer)
-            return target, draft, tokenizer, f"{name} + {os.path.basename(os.path.normpath(args.draft))}"
-        if args.draft_dtype:
-            return target, cheap_copy(target, DTYPES[args.draft_dtype]), tokenizer, f"{name} + {args.draft_dtype} copy"
-        raise ValueError("--target needs a drafter: --draft DIR, --draft-dtype float16, or --drafter ngram")
+        draft, what = load_draft(target, tokenizer, draft=args.draft, drafter=args.drafter,
+                                 draft_dtype=args.draft_dtype, device=args.device)
+        return target, draft, tokenizer, f"{name} + {what}"
     target, draft, tokenizer = build_default_pair()
     target, draft = target.to(args.device), draft.to(args.device)
+    if args.scheduler == "autoregressive":
+        return target, None, tokenizer, "embedded 8-layer Llama, no drafter"
     if args.drafter == "ngram":
         return target, NgramDrafter(), tokenizer, "embedded 8-layer Llama + n-gram drafter"
     if args.draft_dtype:
@@ -124,33 +176,74 @@ def load_models(args):
     return target, draft, tokenizer, "embedded 8-layer Llama + its 2-layer layer-skip draft"
 
 
+def category_groups(records, pooled: bool) -> dict:
+    """{category: [prompt indexes]} in first-seen order; one group "all" for prompts without categories or with
+    --pooled."""
+    if pooled or all(category is None for category, _ in records):
+        return {"all": list(range(len(records)))}
+    groups: dict = {}
+    for index, (category, _) in enumerate(records):
+        groups.setdefault("(none)" if category is None else category, []).append(index)
+    return groups
+
+
 def cmd_run(args) -> dict:
-    texts = load_prompts(args.prompts, args.limit)  # a bad prompts file is an error before any model work
+    # a bad prompts file is an error before any model work
+    records = load_prompt_records(args.prompts, args.limit, args.per_category)
     torch.set_num_threads(args.threads)
     target, draft, tokenizer, description = load_models(args)
-    ids = encode(tokenizer, texts, not args.no_chat_template)
+    ids = encode(tokenizer, [text for _, text in records], not args.no_chat_template)
     kwargs = {"realign": args.realign} if args.realign else {}
     if args.scheduler == "exspec":
         kwargs["window"] = args.window
     decoder = SpeculativeDecoder(target, None if args.scheduler == "autoregressive" else draft,
                                  num_draft_tokens=args.num_draft_tokens, scheduler=args.scheduler,
-                                 backend=args.backend, **kwargs)
-    result = decoder.generate(ids, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                              do_sample=args.do_sample, temperature=args.temperature, top_k=args.top_k,
-                              top_p=args.top_p, seed=args.seed, progress=_progress(len(ids)))
-    summary = run_summary(f"{args.scheduler} ({description})", result.stats, args.threads)
+                                 backend=args.backend, adaptive=not args.fixed_k, **kwargs)
+    mode = "" if args.scheduler == "autoregressive" else (
+        f", fixed K={args.num_draft_tokens}" if args.fixed_k else f", adaptive K<={args.num_draft_tokens}")
+    name = f"{args.scheduler}{mode} ({description})"
+    groups = category_groups(records, args.pooled)
+    sequences: list = [None] * len(ids)
+    parts = {}
+    with Progress(len(ids), "decoding") as bar:
+        # one decoder for every category: what the controller learned about costs carries over, as in serving
+        for category, indexes in groups.items():
+            result = decoder.generate([ids[i] for i in indexes], max_new_tokens=args.max_new_tokens,
+                                      batch_size=args.batch_size, do_sample=args.do_sample,
+                                      temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                      seed=args.seed, progress=bar)
+            parts[category] = result.stats
+            for i, seq in zip(indexes, result.sequences):
+                sequences[i] = seq
+    stats = merge_stats(list(parts.values()))
     checks = None
     if args.check:
-        checks = check_against_greedy(target, ids, result.sequences, args.max_new_tokens, result.stats.get("eos"))
-        summary["exact"] = sum(c["exact"] for c in checks) / len(checks)
-    print(format_runs([summary]))
-    for i, seq in enumerate(result.sequences[:args.show]):
+        checks = check_against_greedy(target, ids, sequences, args.max_new_tokens, stats.get("eos"))
+    rows = []
+    if len(groups) > 1:
+        for category, indexes in groups.items():
+            rows.append({**run_summary(category, parts[category], args.threads, prompts=len(indexes),
+                                       exact=_exact(checks, indexes)), "stats": parts[category]})
+    summary = {**run_summary(name if len(groups) == 1 else f"total ({len(ids)} prompts)", stats, args.threads,
+                             prompts=len(ids), exact=_exact(checks, range(len(ids)))), "stats": stats}
+    if len(groups) > 1:
+        print(f"{name}: {len(groups)} categories, each its own generate() call")
+    print(format_runs(rows + [summary]))
+    for i, seq in enumerate(sequences[:args.show]):
         print(f"\n[{i}] {tokenizer.decode(seq, skip_special_tokens=True)!r}")
     if checks is not None:
         _print_checks(checks)
     if args.json_out:
-        write_json(args.json_out, {"summary": summary, "checks": checks, "sequences": result.sequences}, "--json")
+        write_json(args.json_out, {"command": args.command_line, "run": name, "summary": summary,
+                                   "categories": rows, "checks": checks, "sequences": sequences}, "--json")
     return summary
+
+
+def _exact(checks, indexes) -> float | None:
+    if checks is None:
+        return None
+    indexes = list(indexes)
+    return sum(checks[i]["exact"] for i in indexes) / len(indexes) if indexes else None
 
 
 def write_json(path: str, data, flag: str = "--json") -> None:
@@ -172,17 +265,9 @@ def check_args(args) -> None:
         _check_backend(args.backend, torch.device("cpu"))
         check_output(args.json_out, "--json")
     elif args.command == "real-demo":
-        _at_least(args.limit, 1, "--limit")
-        _at_least(args.max_new_tokens, 0, "--max-new-tokens")
-        _check_prompts(args.prompts)
-        check_output(args.json_out, "--json")
+        _check_real_demo(args)
     elif args.command == "ablate":
-        check_device(args.device)
-        if args.max_new_tokens is not None:
-            _at_least(args.max_new_tokens, 1, "--max-new-tokens")
-        _check_prompts(args.prompts)
-        check_output(args.json_out, "--json")
-        check_output(args.plot, "--plot")
+        _check_ablate(args)
 
 
 def _check_run(args) -> None:
@@ -190,8 +275,8 @@ def _check_run(args) -> None:
                              (args.num_draft_tokens, 1, "--num-draft-tokens"),
                              (args.max_new_tokens, 0, "--max-new-tokens"), (args.show, 0, "--show")):
         _at_least(value, low, flag)
-    if args.limit is not None:
-        _at_least(args.limit, 1, "--limit")
+    _optional_at_least(args.limit, "--limit")
+    _optional_at_least(args.per_category, "--per-category")
     try:
         SamplingConfig(args.do_sample, args.temperature, args.top_k, args.top_p)
         check_seed(args.seed)
@@ -203,16 +288,59 @@ def _check_run(args) -> None:
         raise ValueError(message) from None
     if args.check and args.do_sample:
         raise ValueError("--check compares with greedy decoding: drop --do-sample")
-    if args.draft and not args.target:
-        raise ValueError("--draft needs --target (the embedded pair brings its own draft)")
+    autoregressive = args.scheduler == "autoregressive"
+    if args.fixed_k and autoregressive:
+        raise ValueError("--fixed-k fixes the drafts per step, and --scheduler autoregressive drafts none: drop one")
+    if autoregressive and (args.draft or args.draft_dtype or args.drafter == "ngram"):
+        raise ValueError("--scheduler autoregressive decodes without a drafter: drop --draft, --draft-dtype and "
+                         "--drafter ngram")
+    check_drafter_flags(args.target, args.draft, args.drafter, args.draft_dtype)
+    if args.target and not autoregressive and args.drafter == "model" and not (args.draft or args.draft_dtype):
+        raise ValueError("--target needs a drafter: --draft DIR, --draft-dtype float16, or --drafter ngram "
+                         "(or --scheduler autoregressive for plain decoding)")
+    _check_prompts(args.prompts)
     device = check_device(args.device)
     _check_backend(args.backend, device)
     check_output(args.json_out, "--json")
 
 
+def _check_real_demo(args) -> None:
+    _optional_at_least(args.limit, "--limit")
+    _at_least(args.per_category, 1, "--per-category")
+    _at_least(args.max_new_tokens, 1, "--max-new-tokens")
+    _at_least(args.repeats, 1, "--repeats")
+    _at_least(args.num_draft_tokens, 1, "--num-draft-tokens")
+    for size in args.batch_sizes:
+        _at_least(size, 1, "--batch-sizes")
+    check_model_folder(args.target, "--target")
+    _check_prompts(args.prompts)
+    check_output(args.json_out, "--json")
+
+
+def _check_ablate(args) -> None:
+    check_device(args.device)
+    if args.max_new_tokens is not None:
+        _at_least(args.max_new_tokens, 1, "--max-new-tokens")
+    _optional_at_least(args.limit, "--limit")
+    _at_least(args.num_draft_tokens, 1, "--num-draft-tokens")
+    for size in args.batch_sizes or ():
+        _at_least(size, 1, "--batch-sizes")
+    check_drafter_flags(args.target, args.draft, args.drafter, args.draft_dtype)
+    if args.draft_dtype and not args.target:
+        raise ValueError("--draft-dtype needs --target (the embedded pair's draft is its layer-skip model)")
+    _check_prompts(args.prompts)
+    check_output(args.json_out, "--json")
+    check_output(args.plot, "--plot")
+
+
 def _at_least(value: int, low: int, flag: str) -> None:
     if value < low:
         raise ValueError(f"{flag} must be >= {low}, got {value}")
+
+
+def _optional_at_least(value: int | None, flag: str) -> None:
+    if value is not None:
+        _at_least(value, 1, flag)
 
 
 def check_device(name: str) -> torch.device:
@@ -286,17 +414,10 @@ def _print_checks(checks: list[dict]) -> None:
                      < 1e-3 else "a wide gap: a bug"))
 
 
-def _progress(total: int):
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    bar = tqdm(total=total, unit="prompt", file=sys.stderr, leave=False, disable=not sys.stderr.isatty())
-    return lambda index: bar.update(1)
-
-
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.command_line = "python -m specdec " + " ".join(shlex.quote(a) for a in argv)
     try:
         check_args(args)
         if args.command == "run":
@@ -304,11 +425,18 @@ def main(argv=None) -> int:
         elif args.command == "demo":
             run_demo(threads=args.threads, backend=args.backend, json_out=args.json_out)
         elif args.command == "real-demo":
-            run_real_demo(threads=args.threads, limit=args.limit, max_new_tokens=args.max_new_tokens,
-                          prompts=args.prompts, json_out=args.json_out)
+            run_real_demo(threads=args.threads, target_dir=args.target, prompts=args.prompts,
+                          per_category=args.per_category, limit=args.limit, max_new_tokens=args.max_new_tokens,
+                          batch_sizes=args.batch_sizes, repeats=args.repeats, k=args.num_draft_tokens,
+                          drafters=args.drafters, fixed=not args.no_fixed, transformers=args.transformers,
+                          check=not args.no_check, chat=not args.no_chat_template, json_out=args.json_out,
+                          command=args.command_line)
         else:
             run_ablation(quick=args.quick, json_out=args.json_out, plot=args.plot, device=args.device,
-                         threads=args.threads, prompts=args.prompts, max_new_tokens=args.max_new_tokens)
+                         threads=args.threads, prompts=args.prompts, max_new_tokens=args.max_new_tokens,
+                         k=args.num_draft_tokens, batch_sizes=args.batch_sizes, limit=args.limit,
+                         target_dir=args.target, draft_dir=args.draft, drafter=args.drafter,
+                         draft_dtype=args.draft_dtype, chat=not args.no_chat_template, command=args.command_line)
     except ValueError as e:
         print(f"specdec: error: {e}", file=sys.stderr)
         return 2

@@ -80,12 +80,13 @@ class _Transformers:
 
 def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes, *, max_new: int = 64, k: int = 4,
             repeats: int = 2, scheduler: str = "eqspec", fixed: bool = True, transformers: bool = False,
-            assistants: dict | None = None, show=print) -> list[dict]:
+            assistants: dict | None = None, show=print, sequences: dict | None = None) -> list[dict]:
     """Rows {category, batch_size, run, seconds, tokens_per_s, speedup, ...}; categories: {name: [token ids]}.
 
     drafters: name -> factory of a drafter; each runs adaptive (and with fixed K when `fixed`). transformers:
     add transformers' own generate at batch 1 (plain, prompt lookup, and assisted with each of `assistants`)
-    and plain batched generate at every batch size above 1."""
+    and plain batched generate at every batch size above 1. sequences: a dict to receive every run's last
+    sequences (trimmed after EOS), keyed (category, batch_size, run), for checks against a reference."""
     eos = getattr(target.generation_config, "eos_token_id", None)
     eos = set([eos] if isinstance(eos, int) else (eos or []))
     pad = target.generation_config.pad_token_id
@@ -114,6 +115,8 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
                     seqs, s = runs[name].run(ids, max_new, batch_size)
                     seconds[name] += s
                     outputs[name] = [_trim(list(q), eos) for q in seqs]
+            if sequences is not None:
+                sequences.update({(category, batch_size, name): seqs for name, seqs in outputs.items()})
             tokens = sum(len(q) for q in outputs["plain"]) * repeats
             for name in names:
                 stats = getattr(runs[name], "stats", [])
@@ -143,11 +146,14 @@ def format_row(row: dict) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    """Markdown: one line per (run, batch size), one column per category, plus the mean over categories."""
+    """Markdown: one line per (run, batch size), one column per category, plus the mean over categories.
+    exact: every output equals the plain engine's; "= greedy" (where rows carry greedy_matches): the prompts
+    whose output equals plain greedy decoding of the prompt alone, out of all."""
     categories = list(dict.fromkeys(r["category"] for r in rows))
     keys = list(dict.fromkeys((r["run"], r["batch_size"]) for r in rows if r["run"] != "plain"))
+    greedy = any("greedy_matches" in r for r in rows)
     head = ["run", "batch"] + [str(c) for c in categories] + (["mean"] if len(categories) > 1 else []) + \
-        ["mean width", "exact"]
+        ["mean width", "exact"] + (["= greedy"] if greedy else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run, batch in keys:
         cells = [r for r in rows if r["run"] == run and r["batch_size"] == batch]
@@ -159,5 +165,9 @@ def table(rows: list[dict]) -> str:
             line.append(f"{sum(ups) / len(ups):.2f}x")
         line += [f"{sum(widths) / len(widths):.2f}" if widths else "-",
                  "yes" if all(r["exact"] for r in cells) else "NO"]
+        if greedy:
+            checked = [r for r in cells if "greedy_matches" in r]
+            line.append(f"{sum(r['greedy_matches'] for r in checked)}/{sum(r['prompts'] for r in checked)}"
+                        if checked else "-")
         lines.append("| " + " | ".join(line) + " |")
     return "\n".join(lines)

@@ -29,7 +29,7 @@ import torch
 from ..kv.batch import StepBatch
 from ..kv.geometry import model_device, output_vocab
 from ..kv.ragged import right_aligned
-from ..sampling import SamplingConfig, greedy, sample
+from ..sampling import Prefixes, SamplingConfig, greedy, sample
 from .base import Keys, Proposal, StopRule
 
 # Confidence bins: the draft's own probability of its token, the feature the controller's acceptance table keys
@@ -113,13 +113,17 @@ class ModelDrafter:
             st.pending, st.skipped = [], 0
         drafts, probs, confidence = [], [], []
         for i in range(k):
+            # the same scoring as the target's at this position: the row's history, then its drafts so far
+            prefixes = Prefixes(batch.seqs, batch.history, batch.prompt_length,
+                                torch.stack(drafts, dim=1) if drafts else None, i)
             if sampling.do_sample:
-                q = sampling.probs(logits)
+                q = sampling.probs(logits, prefixes)
                 d = sample(q, generator)
                 probs.append(q)
             else:
-                q = logits.float().softmax(dim=-1)
-                d = greedy(logits)
+                scores = sampling.process(logits, prefixes)
+                q = scores.float().softmax(dim=-1)
+                d = greedy(scores)
             drafts.append(d)
             confidence.append(q.gather(1, d[:, None]))
             if i + 1 == k:

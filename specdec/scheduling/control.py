@@ -186,6 +186,11 @@ class SpeculationController:
         self.refresh_steps = refresh_steps
         self.row_strength = row_strength
         self.target_costs = ForwardCosts(fresh=refresh_steps)
+        # What a step costs beyond its forwards (sampling, realignment, drafting's host work, bookkeeping), by
+        # batch size, for plain and speculative steps apart: on a small model it is a fifth of a step.
+        self.plain_overhead = ForwardCosts(fresh=refresh_steps)
+        self.spec_overhead = ForwardCosts(fresh=refresh_steps)
+        self._forward_seconds = 0.0  # forwards timed in the step under way
         self.draft_costs: ForwardCosts | None = None
         if draft_cost_ratio is not None:
             ratio = float(draft_cost_ratio)
@@ -203,10 +208,19 @@ class SpeculationController:
     # ------------------------------------------------------------------------------------------- costs
     def observe_target(self, tokens: int, seconds: float) -> None:
         self.target_costs.observe(tokens, seconds, self.steps)
+        self._forward_seconds += seconds
 
     def observe_draft(self, tokens: int, seconds: float) -> None:
         if self.draft_costs is not None:
             self.draft_costs.observe(tokens, seconds, self.steps)
+        self._forward_seconds += seconds
+
+    def _overhead(self, batch: int, speculative: bool) -> float:
+        plain = self.plain_overhead.estimate(batch) or 0.0
+        if not speculative:
+            return plain
+        spec = self.spec_overhead.estimate(batch)
+        return plain if spec is None else spec
 
     def _target_estimate(self, tokens: int) -> float:
         est = self.target_costs.estimate(tokens)
@@ -227,9 +241,26 @@ class SpeculationController:
             return 1.0
         return (r.accepted + self.row_strength) / (r.expected + self.row_strength)
 
-    def probs(self, row: Hashable, keys: Sequence[tuple]) -> list[float]:
+    def probs(self, row: Hashable, keys: Sequence[tuple], rates: dict | None = None) -> list[float]:
         f = self._row_factor(row)
-        return [min(0.995, max(0.0, f * self.acceptance.rate(key))) for key in keys]
+        out = []
+        for key in keys:
+            r = rates.get(key) if rates is not None else None
+            if r is None:
+                r = self.acceptance.rate(key)
+                if rates is not None:
+                    rates[key] = r
+            out.append(min(0.995, max(0.0, f * r)))
+        return out
+
+    @staticmethod
+    def _cumulative(probs: Sequence[float]) -> list[float]:
+        out, total, run = [1.0], 1.0, 1.0
+        for p in probs:
+            run *= p
+            total += run
+            out.append(total)
+        return out
 
     @staticmethod
     def expected_tokens(probs: Sequence[float], k: int) -> float:
@@ -263,12 +294,16 @@ class SpeculationController:
         if not self.enabled:
             width = max(offer, default=0) + 1
             return self._finish(Plan(width, [min(n, width - 1) for n in offer], 0.0, 0.0), rows, keys)
-        probs = [self.probs(r, k[:self.k]) for r, k in zip(rows, keys)]
         top = max(offer, default=0) if self.target_costs.seconds else 0  # first measure what a plain step costs
+        if top == 0:
+            return self._finish(Plan(1, [0] * batch, float(batch), self._target_estimate(batch)), rows, keys)
+        rates: dict = {}  # rows share most keys: look each up once
+        probs = [self.probs(r, k[:self.k], rates) for r, k in zip(rows, keys)]
+        gains = [self._cumulative(p) for p in probs]  # gains[b][c]: expected tokens of row b with c drafts
         best = best_opt = None
         for width in range(1, top + 2):
             counts = [min(n, width - 1) for n in offer]
-            tokens = sum(self.expected_tokens(p, c) for p, c in zip(probs, counts))
+            tokens = sum(g[c] for g, c in zip(gains, counts))
             drafts = width - 1 if self.draft_costs is not None else 0
             draft_s = self._draft_seconds(batch, drafts, catch_up)
             if drafts and catch_up:
@@ -276,6 +311,7 @@ class SpeculationController:
                 extra = draft_s - self._draft_seconds(batch, drafts, 0)
                 draft_s -= extra * (1 - 1 / max(1.0, min(horizon, 1e9)))
             n = batch * width
+            draft_s += self._overhead(batch, width > 1)
             est = self._target_estimate(n) + draft_s
             option = (tokens / est, width, counts, tokens, est)
             if best is None or option[0] > best[0]:
@@ -325,11 +361,17 @@ class SpeculationController:
                 return True
         return False
 
-    def record(self, plan: Plan, keys: Sequence[Sequence[tuple]], accepted: Sequence[int]) -> None:
-        """The step's outcome: row b verified len(keys[b]) drafts (features keys[b]) and accepted accepted[b]."""
+    def record(self, plan: Plan, keys: Sequence[Sequence[tuple]], accepted: Sequence[int],
+               seconds: float | None = None) -> None:
+        """The step's outcome: row b verified len(keys[b]) drafts (features keys[b]) and accepted accepted[b];
+        seconds: the step's wall time (prefills excluded), whose part beyond the timed forwards is overhead."""
         width = 1 + max((len(k) for k in keys), default=0)
         self.width_hist[min(width, len(self.width_hist) - 1)] += 1
         self.plain_steps += width == 1
+        if seconds is not None:
+            table = self.spec_overhead if width > 1 else self.plain_overhead
+            table.observe(len(keys), max(MIN_SECONDS, seconds - self._forward_seconds), self.steps)
+        self._forward_seconds = 0.0
         for row, row_keys, a in zip(plan.rows, keys, accepted):
             reached = min(a + 1, len(row_keys))
             if not row_keys:

@@ -47,7 +47,7 @@ class EqspecSource:
         if not self.opened:
             self.opened = True
             self.target, logits = RaggedKV.prefill(self.target_model, prompts, extra, **self._lane_kwargs())
-            first = pick(logits)
+            first = pick(logits, seqs)
             self.rows = list(seqs)
             self.last = first.clone()
             if self.draft_model is not None:
@@ -56,7 +56,7 @@ class EqspecSource:
             return first
         free = [r for r, s in enumerate(self.rows) if s is None][:len(seqs)]
         src, logits = RaggedKV.prefill(self.target_model, prompts, 0, **self._lane_kwargs())
-        first = pick(logits)
+        first = pick(logits, seqs)
         self.target.place(free, src)
         index = torch.tensor(free, dtype=torch.int64).to(self.last.device, non_blocking=True)
         self.last[index] = first

@@ -79,7 +79,7 @@ class ExspecSource:
             slots = [free[i] for i in chunk]
             src, logits = RaggedKV.prefill(self.target_model, [prompts[i] for i in chunk], 0, self.backend,
                                            realign=self.realign)
-            tokens = pick(logits)
+            tokens = pick(logits, [seqs[i] for i in chunk])
             self.pool.admit(slots, src)
             if self.draft_pool is not None:
                 self.draft_pool.admit_empty(slots)

@@ -25,7 +25,7 @@ import specdec_kernels as sk
 
 from ..drafting.base import Drafter, Proposal
 from ..kv.batch import StepBatch
-from ..sampling import SamplingConfig, greedy, sample
+from ..sampling import Prefixes, SamplingConfig, greedy, sample
 from ..timing import ForwardClock, PhaseTimer
 from .control import SpeculationController
 
@@ -39,7 +39,8 @@ class BatchSource(Protocol):
         """How many more sequences it can take now."""
 
     def admit(self, seqs: list[int], prompts: list[list[int]], pick) -> torch.Tensor:
-        """Prefill the target for new sequences; pick(logits [n, V]) gives their first tokens, returned."""
+        """Prefill the target for new sequences; pick(logits [n, V], their seqs) gives their first tokens,
+        returned in the order of `seqs`."""
 
     def next_batch(self, waiting: int) -> StepBatch:
         """The rows of the next step (`waiting`: prompts not admitted yet, for the pick policy)."""
@@ -95,8 +96,10 @@ class DecodeLoop:
 
     def step(self) -> None:
         self.steps += 1
+        started = time.perf_counter()
         with self.timer.phase("schedule"):
             batch = self.source.next_batch(len(self.waiting))
+            batch.history, batch.prompt_length = self.history, self.prompt_length
         with self.timer.phase("draft"):
             plan, proposal = self.draft(batch)
         with self.timer.phase("verify"):
@@ -109,7 +112,7 @@ class DecodeLoop:
             width = 1 if proposal is None else proposal.width + 1
             self.source.commit(batch, [width - 1 - a for a in accepted], draft_drop, last)
         with self.timer.phase("schedule"):
-            self.record(batch, plan, proposal, emitted, accepted, bins)
+            self.record(batch, plan, proposal, emitted, accepted, bins, time.perf_counter() - started)
             self.settle()
 
     # ------------------------------------------------------------------------------------------- phases
@@ -159,19 +162,21 @@ class DecodeLoop:
         """((emitted per row, last [B] on the device), accepted per row, confidence bins or None). The step's
         one device-to-host sync reads tokens, counts and bins back together."""
         if proposal is None:
-            tokens = self.first_tokens(logits)[:, None]
+            tokens = self.first_tokens(logits, batch.seqs)[:, None]
             accepted = torch.zeros(batch.size, dtype=torch.int64, device=tokens.device)
         else:
             counts = proposal.counts()
             num_draft = None
             if any(c != proposal.width for c in counts):
                 num_draft = torch.tensor(counts, dtype=torch.int64).to(logits.device, non_blocking=True)
+            prefixes = Prefixes(batch.seqs, self.history, self.prompt_length, proposal.tokens)
             if not self.sampling.do_sample:
-                tokens, accepted = sk.verify_greedy(proposal.tokens, logits, num_draft, backend=self.backend,
-                                                    **NO_VALUE_CHECKS)
+                tokens, accepted = sk.verify_greedy(proposal.tokens, self.sampling.process(logits, prefixes),
+                                                    num_draft, backend=self.backend, **NO_VALUE_CHECKS)
             else:
-                tokens, accepted = sk.rejection_sample(proposal.tokens, proposal.probs, self.sampling.probs(logits),
-                                                       num_draft, generator=self.generator, backend=self.backend,
+                tokens, accepted = sk.rejection_sample(proposal.tokens, proposal.probs,
+                                                       self.sampling.probs(logits, prefixes), num_draft,
+                                                       generator=self.generator, backend=self.backend,
                                                        **NO_VALUE_CHECKS)
         last = tokens.gather(1, accepted[:, None]).squeeze(1)
         packed = [accepted[:, None], tokens]
@@ -185,13 +190,21 @@ class DecodeLoop:
         bins = [row[1 + width:] for row in host] if len(packed) == 3 else None
         return (emitted, last), accepted_host, bins
 
-    def first_tokens(self, logits: torch.Tensor) -> torch.Tensor:
-        """The next token from the last column's logits [B, n, V] (or [B, V])."""
+    def first_tokens(self, logits: torch.Tensor, seqs: list[int]) -> torch.Tensor:
+        """The next token of each row from the last column's logits [B, n, V] (or [B, V])."""
         if logits.ndim == 3:
             logits = logits[:, -1]
+        prefixes = Prefixes(seqs, self.history, self.prompt_length)
         if self.sampling.do_sample:
-            return sample(self.sampling.probs(logits), self.generator)
-        return greedy(logits)
+            return sample(self.sampling.probs(logits[:, None], prefixes)[:, 0], self.generator)
+        return greedy(self.sampling.process(logits[:, None], prefixes)[:, 0])
+
+    def history(self, seq: int) -> list[int]:
+        """The tokens sequence `seq` has so far: its prompt, then what it emitted."""
+        return self.prompts[seq] + self.out[seq]
+
+    def prompt_length(self, seq: int) -> int:
+        return len(self.prompts[seq])
 
     # ------------------------------------------------------------------------------------------- bookkeeping
     def emit(self, seq: int, tokens: Sequence[int]) -> None:
@@ -207,7 +220,8 @@ class DecodeLoop:
                     self.cuts["eos" if eos else "max_new_tokens"] += 1
                 return
 
-    def record(self, batch: StepBatch, plan, proposal: Proposal | None, emitted, accepted, bins) -> None:
+    def record(self, batch: StepBatch, plan, proposal: Proposal | None, emitted, accepted, bins,
+               seconds: float) -> None:
         for seq, block in zip(batch.seqs, emitted):
             self.emit(seq, block)
         for a in accepted:
@@ -223,7 +237,7 @@ class DecodeLoop:
                 keys = [[] for _ in batch.seqs]
             else:
                 keys = proposal.keys if proposal.keys is not None else proposal.resolve_keys(bins)
-            self.controller.record(plan, keys, accepted)
+            self.controller.record(plan, keys, accepted, seconds)
             self.control_seconds += time.perf_counter() - t
 
     def settle(self) -> None:
