@@ -8,6 +8,11 @@ A root is imported as `specdec_kernels` through a shim folder (a symlink to its 
 checked out with `git worktree add /tmp/old <commit>` works as long as its kernels/ holds a built _C extension.
 The inputs are tiny (B=4, K=4, V=16, T=16), so the time is the Python dispatch, validation and launch cost,
 not the kernel. Value checks are measured on (the default) and off (SPECDEC_CHECKS=0).
+
+It also times, in this checkout only, the design choices whose costs the code's comments cite ("micro" in the
+JSON, docs/ops_overhead.json): a torch.library.custom_op call against a Library.define + impl op, reading
+SPECDEC_CHECKS through os.environ.get against its backing dict, the per-tensor cost of the Triton row-move plan
+key and of the in-place memory checks.
 """
 
 import argparse
@@ -67,6 +72,52 @@ print(json.dumps(out))
 """
 
 
+MICRO = r"""
+import json, os, sys, time
+import torch
+torch.set_num_threads(int(sys.argv[1]))
+import specdec_kernels as sk
+from specdec_kernels import checks
+
+def best_us(fn, n=2000, repeat=7):
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - start) / n * 1e6)
+    return best
+
+x = torch.zeros(3)
+@torch.library.custom_op("specdec_bench::via_custom_op", mutates_args=())
+def via_custom_op(t: torch.Tensor) -> torch.Tensor:
+    return t.new_empty(0)
+lib = torch.library.Library("specdec_bench", "FRAGMENT")
+lib.define("via_library(Tensor t) -> Tensor")
+lib.impl("via_library", lambda t: t.new_empty(0), "CPU")
+via_library = torch.ops.specdec_bench.via_library.default
+out = {
+    "custom_op call (functional, 1 tensor)": best_us(lambda: via_custom_op(x)),
+    "Library.define + impl call (same op)": best_us(lambda: via_library(x)),
+    "os.environ.get(SPECDEC_CHECKS)": best_us(lambda: os.environ.get("SPECDEC_CHECKS", "1")),
+    "checks.value_checks_enabled()": best_us(lambda: checks.value_checks_enabled()),
+}
+slab = torch.zeros(8, 48, 4, 64, 16)
+for n in (1, 16, 48):
+    views = [slab[:, i] for i in range(n)]
+    shifts = torch.zeros(8, dtype=torch.int64)
+    key = lambda: tuple([(v.data_ptr(), v.shape, v.stride(), v.dtype) for v in views])
+    out[f"triton plan key, {n} tensors, per tensor"] = best_us(key, n=500) / n
+    out[f"in-place checks (all rules), {n} interleaved slab views, per tensor"] = best_us(
+        lambda: checks.check_inplace("tensors", views, shifts, "shifts", -2, 0), n=500) / n
+    bufs = [torch.zeros(8, 4, 64, 16) for _ in range(n)]
+    out[f"in-place checks (all rules), {n} separate buffers, per tensor"] = best_us(
+        lambda: checks.check_inplace("tensors", bufs, shifts, "shifts", -2, 0), n=500) / n
+print(json.dumps(out))
+"""
+
+
 def shim_for(root: str) -> str:
     shim = tempfile.mkdtemp(prefix="specdec_overhead_")
     os.symlink(os.path.join(os.path.abspath(root), "kernels"), os.path.join(shim, "specdec_kernels"))
@@ -93,6 +144,16 @@ def main() -> None:
                 raise SystemExit(f"{root}: {res.stderr[-3000:]}")
             runs[root].append(json.loads(res.stdout.strip().splitlines()[-1]))
     table = {root: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for root, rs in runs.items()}
+    here = os.path.dirname(HERE)
+    micro_runs = []
+    for _ in range(max(1, args.rounds // 2)):
+        env = dict(os.environ, PYTHONPATH=shim_for(here), OMP_NUM_THREADS=str(args.threads), TRITON_INTERPRET="1")
+        res = subprocess.run([sys.executable, "-c", MICRO, str(args.threads)], env=env, capture_output=True,
+                             text=True, cwd=tempfile.gettempdir(), timeout=600)
+        if res.returncode:
+            raise SystemExit(f"micro: {res.stderr[-3000:]}")
+        micro_runs.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    micro = {k: statistics.median(r[k] for r in micro_runs) for k in micro_runs[0]}
     keys = list(table[roots[0]])
     header = "| op | backend | checks | " + " | ".join(f"{os.path.basename(os.path.abspath(r)) or r} us"
                                                         for r in roots) + " |"
@@ -102,12 +163,15 @@ def main() -> None:
         op, backend, checks = k.split(" | ")
         cells = " | ".join(f"{table[r].get(k, float('nan')):.1f}" for r in roots)
         print(f"| {op} | {backend} | {checks.split()[1]} | {cells} |")
+    print()
+    for k, v in micro.items():
+        print(f"{k}: {v:.2f} us")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": {"python": sys.version.split()[0], "threads": args.threads,
                                    "platform": platform.platform(), "rounds": args.rounds},
                        "command": "python bench/op_overhead.py " + " ".join(sys.argv[1:]),
-                       "roots": roots, "us_per_call": table}, f, indent=1)
+                       "roots": roots, "us_per_call": table, "micro_us": micro}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,14 @@ def _cpp_status() -> str | None:
     return None
 
 
+_ENV_DATA = getattr(os.environ, "_data", None)
+_INTERPRET_KEY = b"TRITON_INTERPRET" if isinstance(_ENV_DATA, dict) and all(
+    isinstance(k, bytes) for k in list(_ENV_DATA)[:1]) else None
+
+
 def _interpreting() -> bool:
+    if _INTERPRET_KEY is not None:  # os.environ's backing dict: a cheap read that still sees every change
+        return _ENV_DATA.get(_INTERPRET_KEY) == b"1"
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
@@ -135,6 +142,8 @@ def kernel_backend(device: torch.device) -> str:
 
 def resolve(backend: str | None, device: torch.device) -> str:
     """The concrete backend for one call on tensors on `device`."""
+    if backend == "cpp" and device.type == "cpu" and _cpp_status() is None:  # the common explicit choice, fast
+        return "cpp"
     name = _check_name(backend) if backend is not None else _current
     if name == "auto":
         if device.type == "cuda" and _triton_status(device) is None:

@@ -25,7 +25,8 @@ FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 DEVICE_TYPES = ("cpu", "cuda")
 ENV_CHECKS = "SPECDEC_CHECKS"
 
-# os.environ.get costs about 1 us (it encodes the key each time); its backing dict of bytes is read directly
+# os.environ.get encodes the key on every call (its cost next to the direct read: docs/ops_overhead.json, "micro",
+# from `python bench/op_overhead.py`); its backing dict of bytes is read directly
 # where the platform has one (POSIX), so the per-call check of SPECDEC_CHECKS stays cheap and still sees
 # changes made through os.environ at any time.
 _ENV_DATA = getattr(os.environ, "_data", None)
@@ -71,7 +72,7 @@ def expect_device(name: str, x: torch.Tensor, device: torch.device, other: str) 
 
 def expect_supported_device(name: str, x: torch.Tensor) -> None:
     """CPU and CUDA tensors only: a meta (or other) tensor has no data for a kernel to read."""
-    if x.device.type not in DEVICE_TYPES:
+    if not (x.is_cpu or x.is_cuda):
         raise ValueError(f"{name} is a {x.device.type} tensor ({describe(x)}); specdec_kernels ops run on CPU and "
                          f"CUDA tensors (meta tensors work only inside torch.compile tracing, through the ops' "
                          f"fake implementations)")
@@ -140,34 +141,6 @@ class ValueChecks:
                 raise ValueError(message)
 
 
-def tensor_list(name: str, tensors) -> list[torch.Tensor]:
-    if isinstance(tensors, torch.Tensor):
-        return [tensors]
-    if not isinstance(tensors, (list, tuple)) or not tensors:
-        raise ValueError(f"{name} must be a tensor or a non-empty list/tuple of tensors, got {tensors!r:.80}")
-    for i, x in enumerate(tensors):
-        expect_tensor(f"{name}[{i}]", x)
-    return list(tensors)
-
-
-def check_rows(name: str, tensors: list[torch.Tensor], batch: int, dim: int, device: torch.device,
-               other: str, length: int | None = None) -> None:
-    """Every tensor has batch `batch` at dim 0, a distinct non-batch `dim`, and lives on `device`."""
-    if not isinstance(dim, int) or isinstance(dim, bool):
-        raise ValueError(f"dim must be an int, got {dim!r}")
-    for i, x in enumerate(tensors):
-        label = f"{name}[{i}]"
-        if x.ndim < 2:
-            raise ValueError(f"{label} needs batch at dim 0 and at least one more dimension, got {describe(x)}")
-        if not -x.ndim <= dim < x.ndim or dim % x.ndim == 0:
-            raise ValueError(f"dim={dim} is not a non-batch dimension of {label} ({describe(x)})")
-        if x.shape[0] != batch:
-            raise ValueError(f"{label} has batch {x.shape[0]} but {other} has {batch} rows ({describe(x)})")
-        expect_device(label, x, device, other)
-        if length is not None and x.shape[dim] != length:
-            raise ValueError(f"{label} has length {x.shape[dim]} along dim={dim} but {other} has T={length}")
-
-
 # ------------------------------------------------------------------------------------------- in-place rules
 
 @functools.lru_cache(maxsize=512)
@@ -187,128 +160,208 @@ def _fill_problem(dtype: torch.dtype, fill_type: type, fill) -> str | None:
     return None
 
 
-def check_fill(fill, tensors: list[torch.Tensor], name: str) -> None:
+_ZERO_FILL_DTYPES = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+                               torch.complex128, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
+                               torch.bool))
+
+
+def check_fill(fill, first_of: dict, name: str) -> None:
+    """`fill` is a Python number that every dtype of the call stores (first_of: dtype -> first entry with it)."""
     if isinstance(fill, torch.Tensor) or not isinstance(fill, (int, float, bool)):
         raise ValueError(f"fill must be a Python number (int, float or bool), got {type(fill).__name__} "
                          f"({fill!r:.40})")
-    seen: set = set()
-    for i, x in enumerate(tensors):
-        if x.dtype in seen:
-            continue
-        seen.add(x.dtype)
-        problem = _fill_problem(x.dtype, type(fill), fill)
+    if fill == 0 and _ZERO_FILL_DTYPES.issuperset(first_of):
+        return  # 0 (0.0, -0.0, False) is stored exactly by these: the engine's common case, no lookups
+    for dtype, i in first_of.items():
+        problem = _fill_problem(dtype, type(fill), fill)
         if problem:
-            raise ValueError(f"fill={fill!r} cannot be stored in {name}[{i}] (dtype {x.dtype}): {problem}")
+            raise ValueError(f"fill={fill!r} cannot be stored in {name}[{i}] (dtype {dtype}): {problem}")
 
 
-def _span(x: torch.Tensor) -> tuple[int, int, bool]:
-    """(lowest byte, one past the highest byte, may overlap itself) of a non-empty strided tensor."""
-    es = x.element_size()
-    lo = hi = x.data_ptr()
-    if x.is_contiguous():
-        return lo, lo + x.numel() * es, False
+@functools.lru_cache(maxsize=1024)
+def _extent(shape: torch.Size, stride: tuple[int, ...]) -> tuple[int, int, bool]:
+    """(lowest element offset, one past the highest, may overlap itself) of a non-empty strided layout, relative
+    to its first element. No self-overlap is proved by a sufficient condition: sorted by stride, each stride steps
+    past everything the smaller strides reach. Exotic interleavings that fail it are refused (their writes cannot
+    be proved apart). Cached: it depends on the layout only, not on the tensor."""
+    lo = hi = 0
     dims = []
-    for n, s in zip(x.shape, x.stride()):
+    for n, st in zip(shape, stride):
         if n > 1:
-            if s < 0:
-                lo += (n - 1) * s * es
+            if st < 0:
+                lo += (n - 1) * st
             else:
-                hi += (n - 1) * s * es
-            dims.append((abs(s), n))
-    # Sufficient condition for no self-overlap: sorted by stride, each stride steps past everything the
-    # smaller strides reach. Exotic interleavings that fail it are refused (their writes cannot be proved apart).
+                hi += (n - 1) * st
+            dims.append((abs(st), n))
     dims.sort()
-    reach, overlap = 0, False
-    for s, n in dims:
-        if s <= reach:
-            overlap = True
-            break
-        reach += (n - 1) * s
-    return lo, hi + es, overlap
+    reach = 0
+    for st, n in dims:
+        if st <= reach:
+            return lo, hi + 1, True
+        reach += (n - 1) * st
+    return lo, hi + 1, False
 
 
-def _window(x: torch.Tensor, modulus: int) -> tuple[int, int] | None:
-    """The residues mod `modulus` (bytes) that x's bytes occupy, as (start, length), or None if they wrap."""
-    es = x.element_size()
-    start, length = x.data_ptr(), es
-    for n, s in zip(x.shape, x.stride()):
-        if n > 1 and (s * es) % modulus:
-            length += (n - 1) * abs(s) * es
-            if s < 0:
-                start += (n - 1) * s * es
-    return (start % modulus, length) if length <= modulus else None
+@functools.lru_cache(maxsize=1024)
+def _residues(shape: torch.Size, stride: tuple[int, ...], esize: int, modulus: int) -> tuple[int, int]:
+    """(offset of the window start from the data pointer, window length) in bytes: the bytes of the layout lie in
+    one window of residues mod `modulus` (dims whose byte stride is a multiple of it contribute nothing)."""
+    start, length = 0, esize
+    for n, st in zip(shape, stride):
+        if n > 1 and (st * esize) % modulus:
+            length += (n - 1) * abs(st) * esize
+            if st < 0:
+                start += (n - 1) * st * esize
+    return start, length
 
 
-def _provably_apart(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """True if a and b, whose byte ranges overlap, still share no byte: views interleaved at a common stride
-    (layer i of a [B, 2L, H, T, D] slab, slab[:, i], next to slab[:, j]). For each candidate stride S, the
-    bytes of each tensor lie in one window of residues mod S; disjoint windows mean disjoint memory."""
-    for x in (a, b):
-        for n, s in zip(x.shape, x.stride()):
-            modulus = abs(s) * x.element_size()
-            if n <= 1 or modulus == 0:
-                continue
-            wa, wb = _window(a, modulus), _window(b, modulus)
-            if wa is None or wb is None or wa[1] + wb[1] > modulus:
-                continue
-            gap = (wb[0] - wa[0]) % modulus
-            if gap >= wa[1] and gap + wb[1] <= modulus:
-                return True
-    return False
+def _windows(xs: list[torch.Tensor], modulus: int) -> list[tuple[int, int, int]] | None:
+    out = []
+    for k, x in enumerate(xs):
+        rel, length = _residues(x.shape, x.stride(), x.element_size(), modulus)
+        if length > modulus:
+            return None
+        out.append(((x.data_ptr() + rel) % modulus, length, k))
+    return out
 
 
-def check_inplace(name: str, tensors: list[torch.Tensor], per_row: torch.Tensor, per_row_name: str,
-                  memory: bool = True) -> list[int]:
-    """The rules of an in-place call, checked before the first write (reads no tensor values, no sync):
-    no tensor that overlaps itself, no two tensors (nor a tensor and `per_row`) that share memory, and while
-    grad mode is on no leaf that requires grad (nor a view of one): torch refuses in-place writes to those too.
-    memory=False skips the memory checks (torch.compile tracing: fake tensors have no addresses;
-    functionalization owns aliasing there). Returns the indices of the tensors that are part of an autograd
-    graph (non-leaf, requires grad, grad mode on): `cut_history` makes their backward raise."""
-    tracked: list[int] = []
-    if torch.is_grad_enabled():
-        for i, x in enumerate(tensors):
-            if x.requires_grad:
-                base = x._base
-                if x.is_leaf or (base is not None and base.is_leaf):
-                    what = "a leaf that requires grad" if x.is_leaf else "a view of a leaf that requires grad"
-                    raise ValueError(f"{name}[{i}] is {what} ({describe(x)}); like torch's own in-place ops, "
-                                     f"{name} cannot be written in place while grad mode is on: call it under "
-                                     f"torch.no_grad() or pass detached tensors")
-                tracked.append(i)
-    if not memory:
-        return tracked
-    spans = []
-    for i, x in enumerate(tensors):
-        if x.numel() == 0:
-            continue
-        lo, hi, overlap = _span(x)
-        if overlap:
-            raise ValueError(f"{name}[{i}] overlaps itself (an expanded or stride-0 view, strides {x.stride()}, "
-                             f"{describe(x)}): an in-place write would hit one element through several indices; "
-                             f"pass a tensor whose elements each have their own memory")
-        spans.append((lo, hi, i))
-    if per_row.numel():
-        lo, hi, _ = _span(per_row)
-        spans.append((lo, hi, -1))
-    if len(spans) < 2:
-        return tracked
-    spans.sort()
-    active: list[tuple[int, int, int]] = []  # spans that reach past the current start
-    for lo, hi, i in spans:
-        active = [s for s in active if s[1] > lo]
-        for _, _, j in active:
-            x = tensors[i] if i >= 0 else per_row
-            y = tensors[j] if j >= 0 else per_row
-            if not _provably_apart(x, y):
+def _apart_mod(xs: list[torch.Tensor], modulus: int) -> bool:
+    """True if the residue windows mod `modulus` of all of xs are pairwise disjoint (so their bytes are)."""
+    wins = _windows(xs, modulus)
+    if wins is None:
+        return False
+    wins.sort()
+    for (s0, l0, _), (s1, _, _) in zip(wins, wins[1:]):
+        if s0 + l0 > s1:
+            return False
+    last_start, last_len, _ = wins[-1]
+    return last_start + last_len <= wins[0][0] + modulus
+
+
+def _moduli(xs: list[torch.Tensor]) -> list[int]:
+    """Candidate moduli: the byte strides of the dims (of size > 1) of the tensors, largest first."""
+    seen = {abs(st) * x.element_size() for x in xs for n, st in zip(x.shape, x.stride()) if n > 1 and st}
+    return sorted(seen, reverse=True)
+
+
+def _provably_apart(xs: list[torch.Tensor]) -> bool:
+    """True if tensors whose byte ranges overlap still share no byte: views interleaved at a common stride (layer i
+    of a [B, layers, H, T, D] slab, slab[:, i], next to slab[:, j]). For some stride S of one of them, the bytes of
+    each lie in one window of residues mod S; pairwise disjoint windows mean disjoint memory."""
+    return any(_apart_mod(xs, m) for m in _moduli(xs))
+
+
+def _memory_conflict(name: str, tensors: list[torch.Tensor], per_row: torch.Tensor, per_row_name: str,
+                     cluster: list[int]) -> None:
+    """Raise for the first pair of a cluster of overlapping byte ranges that cannot be proved apart."""
+    def get(i):
+        return tensors[i] if i >= 0 else per_row
+
+    if _provably_apart([get(i) for i in cluster]):
+        return
+    for a in range(len(cluster)):
+        for b in range(a + 1, len(cluster)):
+            i, j = cluster[a], cluster[b]
+            if not _provably_apart([get(i), get(j)]):
                 first, second = sorted((i, j), key=lambda k: (k < 0, k))
-                label = f"{name}[{first}]"
                 other = per_row_name if second < 0 else f"{name}[{second}]"
-                raise ValueError(f"{label} and {other} share memory: the tensors of one in-place call must be "
-                                 f"disjoint from each other and from {per_row_name} (pass each buffer once, "
-                                 f"or one tensor covering all of them)")
-        active.append((lo, hi, i))
-    return tracked
+                raise ValueError(f"{name}[{first}] and {other} share memory: the tensors of one in-place call must be "
+                                 f"disjoint from each other and from {per_row_name} (pass each buffer once, or one "
+                                 f"tensor covering all of them)")
+    # Every pair is apart, the cluster as a whole was not provable at one modulus: exotic, but disjoint.
+
+
+def check_inplace(name: str, tensors, per_row: torch.Tensor, per_row_name: str, dim, fill,
+                  length: int | None = None, memory: bool = True) -> tuple[list[torch.Tensor], list[int]]:
+    """Every rule of an in-place call, in one pass over the tensors and before the first write (reads no tensor
+    values, no host sync):
+    - each entry is a tensor with batch B = len(per_row) at dim 0, `dim` a non-batch dim, on per_row's device,
+      length `length` along dim when given;
+    - `fill` is a Python number every dtype stores (check_fill's rule);
+    - while grad mode is on, no leaf that requires grad (nor a view of one): torch refuses in-place writes to those;
+    - no tensor overlaps itself, no two tensors (nor a tensor and per_row) share memory: compared by absolute byte
+      ranges, ranges that overlap then tested for an interleaving that shares no byte (`_provably_apart`).
+      memory=False skips these (torch.compile tracing: fake tensors have no addresses; functionalization owns
+      aliasing there).
+    Returns (the tensors as a list, the indices of those that are part of an autograd graph: non-leaf, requires
+    grad, grad mode on; `cut_history` makes their backward raise)."""
+    if isinstance(tensors, torch.Tensor):
+        tensors = [tensors]
+    elif not isinstance(tensors, (list, tuple)) or not tensors:
+        raise ValueError(f"{name} must be a tensor or a non-empty list/tuple of tensors, got {tensors!r:.80}")
+    else:
+        tensors = list(tensors)
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise ValueError(f"dim must be an int, got {dim!r}")
+    batch, on_cpu, index = per_row.shape[0], per_row.is_cpu, per_row.get_device()
+    grad = torch.is_grad_enabled()
+    tracked: list[int] = []
+    spans = []
+    first_of: dict = {}  # dtype -> the first entry holding it, for the fill check
+    for i, x in enumerate(tensors):
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"{name}[{i}] must be a torch.Tensor, got {type(x).__name__}")
+        nd = x.ndim
+        if nd < 2:
+            raise ValueError(f"{name}[{i}] needs batch at dim 0 and at least one more dimension, got {describe(x)}")
+        if not -nd <= dim < nd or dim % nd == 0:
+            raise ValueError(f"dim={dim} is not a non-batch dimension of {name}[{i}] ({describe(x)})")
+        shape = x.shape
+        if shape[0] != batch:
+            raise ValueError(f"{name}[{i}] has batch {shape[0]} but {per_row_name} has {batch} rows ({describe(x)})")
+        if x.is_cpu != on_cpu or x.get_device() != index:
+            expect_device(f"{name}[{i}]", x, per_row.device, per_row_name)
+        if length is not None and shape[dim] != length:
+            raise ValueError(f"{name}[{i}] has length {shape[dim]} along dim={dim} but {per_row_name} has T={length}")
+        if grad and x.requires_grad:
+            base = x._base
+            if x.is_leaf or (base is not None and base.is_leaf):
+                what = "a leaf that requires grad" if x.is_leaf else "a view of a leaf that requires grad"
+                raise ValueError(f"{name}[{i}] is {what} ({describe(x)}); like torch's own in-place ops, {name} "
+                                 f"cannot be written in place while grad mode is on: call it under torch.no_grad() "
+                                 f"or pass detached tensors")
+            tracked.append(i)
+        if x.dtype not in first_of:
+            first_of[x.dtype] = i
+        if not memory:
+            continue
+        if x.is_contiguous():  # dense: no self-overlap, one plain byte range
+            n = x.numel()
+            if n:
+                ptr = x.data_ptr()
+                spans.append((ptr, ptr + n * x.element_size(), i))
+        elif x.numel():
+            lo, hi, overlap = _extent(shape, x.stride())
+            if overlap:
+                raise ValueError(f"{name}[{i}] overlaps itself (an expanded or stride-0 view, strides {x.stride()}, "
+                                 f"{describe(x)}): an in-place write would hit one element through several "
+                                 f"indices; pass a tensor whose elements each have their own memory")
+            ptr, es = x.data_ptr(), x.element_size()
+            spans.append((ptr + lo * es, ptr + hi * es, i))
+    check_fill(fill, first_of, name)
+    if memory and spans and per_row.numel():
+        lo, hi, _ = _extent(per_row.shape, per_row.stride())
+        ptr, es = per_row.data_ptr(), per_row.element_size()
+        spans.append((ptr + lo * es, ptr + hi * es, -1))
+    if len(spans) > 1:
+        _check_spans(name, tensors, per_row, per_row_name, spans)
+    return tensors, tracked
+
+
+def _check_spans(name: str, tensors: list[torch.Tensor], per_row: torch.Tensor, per_row_name: str,
+                 spans: list[tuple[int, int, int]]) -> None:
+    spans.sort()
+    cluster, reach = [spans[0][2]], spans[0][1]  # runs of byte ranges that overlap one another
+    for lo, hi, i in spans[1:]:
+        if lo < reach:
+            cluster.append(i)
+            reach = max(reach, hi)
+            continue
+        if len(cluster) > 1:
+            _memory_conflict(name, tensors, per_row, per_row_name, cluster)
+        cluster, reach = [i], hi
+    if len(cluster) > 1:
+        _memory_conflict(name, tensors, per_row, per_row_name, cluster)
 
 
 class _NoDerivative(torch.autograd.Function):

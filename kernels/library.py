@@ -17,7 +17,8 @@ them. Kernels assume arguments the dispatch layer validated; the in-place ones b
 version counter, as torch's own in-place ops do.
 
 Registration goes through torch.library.Library (define + impl) rather than torch.library.custom_op: the same
-dispatcher entries, about 8 us less Python per call (bench/op_overhead.py measures the per-call overhead).
+dispatcher entries with less Python per call (both are timed in docs/ops_overhead.json, "micro", by
+`python bench/op_overhead.py`).
 """
 
 from __future__ import annotations

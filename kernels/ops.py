@@ -19,9 +19,9 @@ import torch
 
 from . import backend as _backend
 from . import library as _library
-from .checks import (FLOAT_DTYPES, ValueChecks, check_fill, check_generator, check_inplace, check_num_draft,
-                     check_rows, cut_history, describe, expect_device, expect_shape, expect_supported_device,
-                     expect_tensor, tensor_list, value_checks_enabled)
+from .checks import (FLOAT_DTYPES, ValueChecks, check_generator, check_inplace, check_num_draft, cut_history,
+                     describe, expect_device, expect_shape, expect_supported_device, expect_tensor,
+                     value_checks_enabled)
 from .noise import draw_noise
 
 TensorOrList = torch.Tensor | Sequence[torch.Tensor]
@@ -204,11 +204,9 @@ def _check_shifted(op: str, tensors, per_row: torch.Tensor, per_row_name: str, d
                    length: int | None = None) -> list[torch.Tensor]:
     """Every reason to refuse an in-place call, before anything is written (see checks.check_inplace)."""
     expect_supported_device(per_row_name, per_row)
-    tensors = tensor_list("tensors", tensors)
-    check_rows("tensors", tensors, per_row.shape[0], dim, per_row.device, per_row_name, length)
-    check_fill(fill, tensors, "tensors")
     compiling = _compiling()
-    tracked = check_inplace("tensors", tensors, per_row, per_row_name, memory=not compiling)
+    tensors, tracked = check_inplace("tensors", tensors, per_row, per_row_name, dim, fill, length,
+                                     memory=not compiling)
     if tracked and not compiling:
         cut_history(op, "tensors", tensors, tracked)
     return tensors

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from .backend import unavailable_reason
+
 POISON: int | None = None  # None means plain torch.empty
 
 
@@ -17,7 +19,6 @@ def set_poison(value: int | None) -> None:
     """Poison every output the Triton and C++ kernels allocate from now on (None: stop)."""
     global POISON
     POISON = value
-    from .backend import unavailable_reason
     if unavailable_reason("cpp") is None:
         from . import _C
         _C._set_output_poison(value)

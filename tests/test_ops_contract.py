@@ -273,3 +273,32 @@ def meta_calls():
 def test_meta_tensors_are_a_value_error(backend, call, pattern):
     with pytest.raises(ValueError, match=pattern):
         call(backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dtype_the_reference_cannot_fill_is_refused_up_front(backend):
+    """A dtype masked_fill_ does not implement (uint16 here) is refused before the float32 entry is written, for
+    fill=0 too."""
+    if not hasattr(torch, "uint16"):
+        pytest.skip("no torch.uint16")
+    x = torch.randn(3, 5, 2, device=DEVICE)
+    before = x.clone()
+    with pytest.raises(ValueError, match=r"fill=0 cannot be stored in tensors\[1\] \(dtype torch.uint16\)"):
+        sk.shift_rows_([x, torch.zeros(3, 5, dtype=torch.uint16, device=DEVICE)], shifts3(), dim=1, backend=backend)
+    assert torch.equal(x, before)
+
+
+@pytest.mark.parametrize("backend,threads", MOVE_BACKENDS)
+def test_many_interleaved_views_and_one_overlap(backend, threads):
+    """48 layer views of one slab (their byte ranges all overlap, their bytes never do) go in one call; add a
+    view that really overlaps one of them and the call is refused, naming that pair."""
+    slab = torch.randn(2, 48, 1, 4, 2, device=DEVICE)
+    views = [slab[:, i] for i in range(48)]
+    want = slab.cpu().clone()
+    shifts = torch.tensor([1, -1])
+    ref.shift_rows_(want, shifts, dim=-2, fill=0)
+    with torch_threads(threads):
+        sk.shift_rows_(views, shifts.to(DEVICE), dim=-2, backend=backend)
+    assert torch.equal(slab.cpu(), want)
+    with pytest.raises(ValueError, match=r"tensors\[7\] and tensors\[48\] share memory"):
+        sk.shift_rows_(views + [slab[:, 7, :, 1:]], shifts.to(DEVICE), dim=-2, backend=backend)

@@ -181,7 +181,8 @@ _CACHE_SIZE = 64
 
 
 def _plan(tensors: Sequence[torch.Tensor], dim: int, fill) -> _Plan:
-    # About 1 us per tensor: pass one slab tensor instead of many same-shape views where possible.
+    # The key costs Python work per tensor (docs/ops_overhead.json, `python bench/op_overhead.py`): pass one slab
+    # tensor instead of many same-shape views where possible.
     key = (dim, repr(fill), type(fill), tu.MAX_TILE, tensors[0].device if tensors else None,
            tuple([(x.data_ptr(), x.shape, x.stride(), x.dtype) for x in tensors]))
     plan = _CACHE.get(key)

@@ -46,10 +46,24 @@ void coalesce(const Tensor& x, int64_t lo, int64_t hi, int64_t esize, c10::Small
 }
 
 // The fill value in x's dtype, converted exactly as the reference's masked_fill_ does (same errors too).
+// Scalar::to<T> is the conversion masked_fill_'s CPU kernel applies (same rounding, same overflow errors), without
+// allocating two tensors per call; other dtypes take masked_fill_ itself.
 void fill_bytes(const Tensor& x, const c10::Scalar& fill, unsigned char* out) {
-  const Tensor one = at::empty({1}, x.options().device(at::kCPU));
-  one.masked_fill_(at::ones({1}, at::TensorOptions().dtype(at::kBool)), fill);
-  std::memcpy(out, one.data_ptr(), one.element_size());
+  switch (x.scalar_type()) {
+#define SPECDEC_FILL_CASE(ctype, name)    \
+  case at::ScalarType::name: {           \
+    const ctype v = fill.to<ctype>();     \
+    std::memcpy(out, &v, sizeof v);       \
+    return;                               \
+  }
+    AT_FORALL_SCALAR_TYPES_WITH_COMPLEX(SPECDEC_FILL_CASE)
+#undef SPECDEC_FILL_CASE
+    default: {
+      const Tensor one = at::empty({1}, x.options().device(at::kCPU));
+      one.masked_fill_(at::ones({1}, at::TensorOptions().dtype(at::kBool)), fill);
+      std::memcpy(out, one.data_ptr(), one.element_size());
+    }
+  }
 }
 
 c10::SmallVector<Geo, 64> geometry(const at::TensorList tensors, int64_t dim, const c10::Scalar& fill) {
