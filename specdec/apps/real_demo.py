@@ -23,6 +23,7 @@ import torch
 
 import specdec_kernels as sk
 
+from ..decoder import SpeculativeDecoder
 from ..drafting.ngram import NgramDrafter
 from ..models.hf import cheap_copy, load_causal_lm, prepare_smollm2
 from .check import compare, greedy_reference
@@ -85,6 +86,7 @@ def run_real_demo(threads: int = 1, *, target_dir: str | None = None, prompts: s
         start = time.perf_counter()
         reference = greedy_reference(target, ids, max_new_tokens, "plain greedy reference (target.generate)")
         show(f"plain greedy reference (target.generate per prompt): {time.perf_counter() - start:.1f} s")
+    _warm_up(target, factories, ids[0], k)
     rows, outputs = [], {}
     for batch_size in batch_sizes:
         cells = cells_for(batch_size, groups)
@@ -109,6 +111,14 @@ def run_real_demo(threads: int = 1, *, target_dir: str | None = None, prompts: s
     if json_out:
         _write(json_out, report)
     return report
+
+
+def _warm_up(target, factories: dict, prompt: list[int], k: int) -> None:
+    """A few untimed tokens through every engine configuration, so that the first timed run does not pay alone for
+    what a process pays once (lazy initialisation in torch and transformers, cold caches)."""
+    SpeculativeDecoder(target, None, scheduler="autoregressive").generate([prompt], max_new_tokens=4, batch_size=1)
+    for make in factories.values():
+        SpeculativeDecoder(target, make(), num_draft_tokens=k).generate([prompt], max_new_tokens=4, batch_size=1)
 
 
 def _check_row(row: dict, outputs: dict, indexes: list[int], reference: list[list[int]]) -> None:
