@@ -8,7 +8,8 @@ from typing import Sequence
 
 import torch
 
-from .kv.geometry import max_positions, model_device, output_vocab, text_config
+from .kv.geometry import (SUPPORTED_LAYER_TYPES, attention_windows, max_positions, model_device, output_vocab,
+                          text_config)
 
 
 # Attention implementations that apply the engine's explicit 4-D mask (padding, holes, causality per row) as given.
@@ -30,15 +31,15 @@ def _window_binds(window, limit) -> bool:
 def attention_support(model) -> str | None:
     """Why the engine cannot decode `model` exactly, or None when it can.
 
-    The engine gives every forward one explicit 4-D mask: each query sees every real column of its row up to
-    itself (full causal attention; padding and realignment holes masked). That is the model's own attention
-    only if
-      - no layer attends to a sliding window, in any of the forms configs use: `layer_types` naming anything
-        but "full_attention" (Qwen2 derives them from use_sliding_window and max_window_layers, Gemma and
-        others list them), `sliding_window` where the model applies it to every layer (Mistral, which has no
-        use_sliding_window flag, Phi-3, Starcoder2; a `use_sliding_window=False` flag switches it off),
-        per-layer windows (a list, or attention modules carrying their own `sliding_window`), GPT-Neo's "local"
-        `attention_layers`. A window at least as wide as the position limit never binds and is fine;
+    The engine builds every forward's masks itself: each query sees every real column of its row up to itself
+    (padding and realignment holes masked), and on sliding-window layers only the last `window` positions
+    (specdec.kv.geometry.attention_windows). That is the model's own attention only if
+      - every layer is full or sliding-window attention in a form the engine builds: `layer_types` of
+        "full_attention" and "sliding_attention" with one `sliding_window` (Qwen2 derives them from
+        use_sliding_window and max_window_layers; Qwen3, Gemma 2/3, gpt-oss list them), or a `sliding_window`
+        the model applies to every layer (Mistral, Phi-3, Starcoder2; `use_sliding_window=False` switches it
+        off). Refused: other layer types (chunked attention...), per-layer windows of other sizes (a list, or
+        attention modules carrying another `sliding_window`), GPT-Neo's "local" `attention_layers`;
       - the attention implementation applies a custom 4-D mask: sdpa or eager (MASKED_ATTENTION).
     """
     config = getattr(model, "config", None)
@@ -52,12 +53,13 @@ def attention_support(model) -> str | None:
         missing.append(f"its attention implementation {impl!r} does not apply the custom 4-D attention mask the "
                        f"engine passes every forward (only {' and '.join(MASKED_ATTENTION)} do); load it with "
                        f"attn_implementation='sdpa' (or 'eager')")
+    mode, supported_window = attention_windows(model)
     types = getattr(text, "layer_types", None)
     if types is not None:
-        other = [t for t in types if t != "full_attention"]
+        other = [t for t in types if t not in SUPPORTED_LAYER_TYPES]
         if other:
-            missing.append(f"{len(other)} of {len(types)} layers are not full attention (layer_types: "
-                           f"{', '.join(sorted(set(map(str, other))))})")
+            missing.append(f"{len(other)} of {len(types)} layers are neither full nor sliding-window attention "
+                           f"(layer_types: {', '.join(sorted(set(map(str, other))))})")
     local = [t for t in (getattr(text, "attention_layers", None) or []) if t == "local"]
     if local:
         missing.append(f"{len(local)} layers attend locally (attention_layers 'local', window_size="
@@ -69,7 +71,7 @@ def attention_support(model) -> str | None:
     if isinstance(window, (list, tuple)):
         if any(_window_binds(w, limit) for w in window):
             missing.append(f"per-layer sliding windows (sliding_window={list(window)})")
-    elif (_window_binds(window, limit) and getattr(text, "use_sliding_window", True) is not False
+    elif (mode is None and _window_binds(window, limit) and getattr(text, "use_sliding_window", True) is not False
           and not (types is not None and per_layer)):
         # Where layer_types exist and the layers carry their own windows, layer_types decide (checked above;
         # Qwen2 derives them from max_window_layers). Without layer_types, a Qwen2-style max_window_layers says
@@ -83,7 +85,8 @@ def attention_support(model) -> str | None:
                                f"(use_sliding_window, sliding_window={window}{below}, max_window_layers={first})")
         else:
             missing.append(f"every layer attends to a sliding window (sliding_window={window}{below})")
-    binding = sorted({w for w in per_layer.values() if _window_binds(w, limit)}, key=str)
+    # attention modules that carry the supported window are the layers the engine's windowed mask serves
+    binding = sorted({w for w in per_layer.values() if _window_binds(w, limit) and w != supported_window}, key=str)
     if binding and not any("sliding" in m for m in missing):
         layers = [name for name, w in per_layer.items() if _window_binds(w, limit)]
         missing.append(f"{len(layers)} attention layers have their own sliding_window="
@@ -94,7 +97,8 @@ def attention_support(model) -> str | None:
     sliding = any("sliding" in m or "full attention" in m or "locally" in m for m in missing)
     return (f"the engine cannot decode this {model_type} model exactly: {'; '.join(missing)}. It builds full "
             "causal attention masks over all of a row's cached tokens only"
-            + ("; sliding-window (local) attention is not supported yet" if sliding else ""))
+            + ("; of sliding windows it builds one window size, as layer_types or an every-layer sliding_window "
+               "sets it" if sliding else ""))
 
 
 def check_attention(model, name: str) -> None:

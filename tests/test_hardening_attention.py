@@ -1,17 +1,15 @@
-"""Models whose attention the engine cannot reproduce are refused in SpeculativeDecoder.__init__, before any
-forward, on every path (target and draft, model drafter, n-gram drafter, autoregressive, EQSPEC, EXSPEC).
-
-The engine hands every forward one explicit 4-D mask of full causal attention over the real columns of a row.
-A sliding-window layer (Mistral's `sliding_window`, Qwen2's `use_sliding_window` + `max_window_layers`,
-`layer_types`, per-layer windows) or an attention implementation that ignores a custom 4-D mask (flash
-attention) would silently decode something else than `target.generate`: the reproducers below show that it did.
+"""Attention the engine must reproduce: sliding-window models (Mistral's `sliding_window`, Qwen2's
+`use_sliding_window` + `max_window_layers`, `layer_types`) decode exactly on every path (target and draft, model
+drafter, n-gram drafter, autoregressive, EQSPEC, EXSPEC), because the engine builds their windowed masks itself;
+what it cannot build (per-layer windows of other sizes, local layers, other layer types, attention
+implementations that ignore a custom 4-D mask) is refused in SpeculativeDecoder.__init__, before any forward.
 """
 
 import pytest
 import torch
-from transformers import MistralConfig, MistralForCausalLM
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig, MistralConfig, MistralForCausalLM
 
-from engine_models import SPEC_SCHEDULERS
+from engine_models import SPEC_SCHEDULERS, decoder
 from specdec import SpeculativeDecoder
 from specdec.drafting import ModelDrafter
 from specdec.models import tiny_model
@@ -42,33 +40,35 @@ def full(seed=5):
     return tiny_model("llama", vocab_size=V, max_positions=256, seed=seed)
 
 
-SLIDING = {"mistral-window-4": mistral, "qwen2-sliding-layers": qwen2_sliding}
+def gemma3(seed=6, sliding=True):
+    # Gemma 3's hybrid: sliding layers of window 4 around a full one, as its config lists them
+    types = ["sliding_attention", "full_attention", "sliding_attention"] if sliding else ["full_attention"] * 3
+    config = Gemma3TextConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                              initializer_range=0.3, sliding_window=4, layer_types=types, query_pre_attn_scalar=16,
+                              tie_word_embeddings=False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Gemma3ForCausalLM(config).float().eval()
+    model.generation_config.eos_token_id = model.generation_config.pad_token_id = None
+    return model
+
+
+SLIDING = {"mistral-window-4": mistral, "qwen2-sliding-layers": qwen2_sliding, "gemma3-hybrid": gemma3}
 # the same weights with full attention
 WITHOUT_WINDOW = {"mistral-window-4": lambda: mistral(None),
-                  "qwen2-sliding-layers": lambda: qwen2_sliding(sliding=False)}
-
-
-class ForwardCounter:
-    def __init__(self, *models):
-        self.calls = 0
-        self.handles = [m.register_forward_pre_hook(self._hook) for m in models]
-
-    def _hook(self, module, args):
-        self.calls += 1
-
-    def close(self):
-        for h in self.handles:
-            h.remove()
+                  "qwen2-sliding-layers": lambda: qwen2_sliding(sliding=False),
+                  "gemma3-hybrid": lambda: gemma3(sliding=False)}
 
 
 @pytest.mark.parametrize("name", SLIDING)
 def test_sliding_models_really_slide(name):
     """The premise: on a prompt longer than the window these models' greedy output is not that of the same
-    weights with full attention, which is what an engine building full causal masks computes."""
+    weights with full attention, so an engine building full causal masks would decode something else."""
     prompt = torch.tensor([list(range(1, 13))])
     windowed, plain = SLIDING[name](), WITHOUT_WINDOW[name]()
     assert all(torch.equal(a, b) for a, b in zip(windowed.state_dict().values(), plain.state_dict().values()))
-    assert attention_support(plain) is None and attention_support(windowed) is not None
+    assert attention_support(plain) is None and attention_support(windowed) is None
     assert not torch.equal(windowed.generate(prompt, do_sample=False, max_new_tokens=8),
                            plain.generate(prompt, do_sample=False, max_new_tokens=8))
 
@@ -81,36 +81,36 @@ def _paths():
         for scheduler in SPEC_SCHEDULERS:
             out.append((f"{name}-target-model-draft-{scheduler}", make, full, scheduler))
             out.append((f"{name}-target-ngram-{scheduler}", make, "ngram", scheduler))
+            out.append((f"{name}-target-itself-as-draft-{scheduler}", make, make, scheduler))
             out.append((f"{name}-draft-{scheduler}", full, make, scheduler))
             out.append((f"{name}-in-a-ModelDrafter-{scheduler}", full, ("drafter", make), scheduler))
     return out
 
 
+@pytest.mark.parametrize("realign", ["shift", "mask"])
 @pytest.mark.parametrize("make_target,make_draft,scheduler", [pytest.param(*p[1:], id=p[0]) for p in _paths()])
-def test_sliding_window_refused_on_every_path(make_target, make_draft, scheduler):
+def test_sliding_window_exact_on_every_path(make_target, make_draft, scheduler, realign):
+    # Prompts longer and shorter than the window of 4, ragged batches with refills: the windowed masks count
+    # real tokens only, so padding and realignment holes never use up a window.
     target = make_target()
-    models = [target]
     if make_draft is None:
         draft = None
     elif make_draft == "ngram":
         draft = NgramDrafter()
     elif isinstance(make_draft, tuple):
-        inner = make_draft[1]()
-        models.append(inner)
-        draft = ModelDrafter(inner)
+        draft = ModelDrafter(make_draft[1]())
     else:
         draft = make_draft()
-        models.append(draft)
-    counter = ForwardCounter(*models)
-    try:
-        with pytest.raises(ValueError, match="sliding") as info:
-            SpeculativeDecoder(target, draft, scheduler=scheduler, num_draft_tokens=3)
-        assert counter.calls == 0
-    finally:
-        counter.close()
-    who = "target" if make_target is not full else "draft"
-    assert f"the {who}" in str(info.value)
-    assert "not supported yet" in str(info.value)
+    g = torch.Generator().manual_seed(9)
+    ps = [torch.randint(0, V, (n,), generator=g).tolist() for n in (3, 17, 9, 1, 30, 6)]
+    want = [target.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                            do_sample=False, max_new_tokens=16)[0, len(p):].tolist() for p in ps]
+    dec = SpeculativeDecoder(target, draft, scheduler=scheduler, num_draft_tokens=3, realign=realign,
+                             adaptive=False, window=4)
+    res = dec.generate(ps, max_new_tokens=16, batch_size=3, eos_token_id=[])
+    assert res.sequences == want
+    if make_draft is make_target:  # the draft's own windowed cache is right too: it agrees everywhere
+        assert res.stats["acceptance_rate"] == 1.0
 
 
 @pytest.mark.parametrize("impl", ["flash_attention_2", "flex_attention"])
@@ -143,13 +143,10 @@ def test_config_forms_of_sliding_attention():
     # Qwen2: the flag off, the window ignored
     assert attention_support(tiny_model("qwen2", vocab_size=V, config_overrides={
         "use_sliding_window": False, "sliding_window": 4, "max_window_layers": 0})) is None
-    reason = attention_support(qwen2_sliding())
-    assert "sliding_attention" in reason and "1 of 2" in reason
-    # Mistral has no flag: a window slides unless it covers every position the model can hold
-    assert "sliding_window=4" in attention_support(mistral(4))
-    assert attention_support(mistral(None)) is None
-    assert attention_support(mistral(256)) is None
-    assert "sliding_window=255" in attention_support(mistral(255))
+    # the forms the engine builds: layer_types of full and sliding layers, and Mistral's every-layer window
+    assert attention_support(qwen2_sliding()) is None
+    assert attention_support(mistral(4)) is None and attention_support(mistral(255)) is None
+    assert attention_support(mistral(None)) is None and attention_support(mistral(256)) is None
     # a Qwen2-style config without layer_types: max_window_layers says which layers slide
     model = full()
     model.config.layer_types = None
@@ -185,3 +182,19 @@ def test_supported_models_still_decode():
         got = SpeculativeDecoder(model, draft, scheduler=scheduler).generate(prompt, max_new_tokens=10,
                                                                              eos_token_id=[])
         assert got.sequences == [want], scheduler
+
+
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
+@pytest.mark.parametrize("name", SLIDING)
+def test_sliding_draft_that_skips_steps_catches_up_exactly(name, scheduler):
+    # A scripted controller makes the draft sit steps out and catch up on them in one ragged forward: its
+    # windowed masks over the caught-up columns must still be exactly the model's (a self-draft agrees always).
+    model = SLIDING[name]()
+    g = torch.Generator().manual_seed(10)
+    ps = [torch.randint(0, V, (n,), generator=g).tolist() for n in (5, 22, 2, 13)]
+    want = [model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                           do_sample=False, max_new_tokens=24)[0, len(p):].tolist() for p in ps]
+    dec = decoder(model, model, scheduler, window=3, control="scripted", num_draft_tokens=4)
+    res = dec.generate(ps, max_new_tokens=24, batch_size=2, eos_token_id=[])
+    assert res.sequences == want
+    assert res.stats["acceptance_rate"] == 1.0 and res.stats["resumed_columns"] > 0

@@ -119,6 +119,8 @@ def step_batch(model, slab: torch.Tensor, length: int, backend, realign) -> Ragg
     state.mask = torch.zeros(rows, slab.shape[-2], dtype=torch.bool, device=slab.device)
     state.mask[:, :length] = True
     state.seq_len = torch.full((rows,), length, dtype=torch.int64, device=slab.device)
+    if state.pos is not None:  # slots are dense: column c holds position c
+        state.pos = torch.arange(slab.shape[-2], device=slab.device).expand(rows, -1).clone()
     state.lengths = [length] * rows
     state.span = [length] * rows
     return state

@@ -30,7 +30,7 @@ import torch
 
 import specdec_kernels as sk
 
-from .geometry import max_positions, model_device, model_dtype
+from .geometry import attention_windows, max_positions, model_device, model_dtype
 from .slab import SlabCache, round_up_pow2
 
 REALIGN_MODES = ("shift", "mask", "paper")
@@ -87,6 +87,11 @@ class RaggedKV:
         self.max_position = max_positions(model)
         self.additive_mask = getattr(model.config, "_attn_implementation", "sdpa") not in ("sdpa", "flex_attention")
         self._arange = torch.arange(0, device=self.device)
+        # Sliding-window layers need each key's position: pos[b, c] is the position of the token in column c,
+        # moved with the mask by every realignment (garbage where the mask is 0).
+        self.window_mode, self.window = attention_windows(model)
+        self.pos = torch.zeros(batch, self.cache.capacity, dtype=torch.int64, device=self.device) \
+            if self.window is not None else None
 
     # ------------------------------------------------------------------------------------------ geometry
     @property
@@ -110,6 +115,10 @@ class RaggedKV:
         live = self.length - self.start
         mask = self.mask.new_zeros(self.batch, capacity)
         mask[:, new_start:new_start + live] = self.mask[:, self.start:self.length]
+        if self.pos is not None:
+            pos = self.pos.new_zeros(self.batch, capacity)
+            pos[:, new_start:new_start + live] = self.pos[:, self.start:self.length]
+            self.pos = pos
         self.cache.relocate(capacity, new_start)
         self.mask = mask
 
@@ -144,15 +153,26 @@ class RaggedKV:
         return self.length - self.start - max(self.lengths)
 
     # ------------------------------------------------------------------------------------------ forward
-    def _attention(self, q0: int, n: int) -> torch.Tensor:
+    def _attention(self, q0: int, n: int, positions: torch.Tensor):
         """[B, 1, n, W] mask over key columns [start, q0 + n): key j is visible to query i iff it is a real
         token and j <= q0 + i. Each query also sees itself, so a padding query (prefill) never has an empty
-        row: SDPA would return NaN there, and a NaN value vector poisons later rows even at weight 0."""
+        row: SDPA would return NaN there, and a NaN value vector poisons later rows even at weight 0.
+        Sliding-window layers also drop keys whose position is `window` or more behind the query's (their own
+        column stays: it is 0 behind); the model gets a mapping from layer type to mask, or the windowed mask
+        alone when every layer slides (see specdec.kv.geometry.attention_windows)."""
         kv = torch.arange(self.start, q0 + n, device=self.device)
         q = torch.arange(q0, q0 + n, device=self.device)
         visible = self.mask[:, None, self.start:q0 + n] & (kv[None, :] <= q[:, None])[None]
-        visible |= (kv[None, :] == q[:, None])[None]
-        visible = visible[:, None]
+        diagonal = (kv[None, :] == q[:, None])[None]
+        if self.window is None:
+            return self._as_mask((visible | diagonal)[:, None])
+        behind = positions[:, :, None] - self.pos[:, None, self.start:q0 + n]
+        sliding = self._as_mask(((visible & (behind < self.window)) | diagonal)[:, None])
+        if self.window_mode == "all":
+            return sliding
+        return {"full_attention": self._as_mask((visible | diagonal)[:, None]), "sliding_attention": sliding}
+
+    def _as_mask(self, visible: torch.Tensor) -> torch.Tensor:
         if self.additive_mask:
             zero = torch.zeros((), dtype=self.dtype, device=self.device)
             return torch.where(visible, zero, torch.finfo(self.dtype).min)
@@ -186,8 +206,11 @@ class RaggedKV:
         if self.max_position is not None:
             # Speculative columns past the position limit can only produce tokens that are cut anyway.
             positions.clamp_(max=self.max_position - 1)
+        if self.pos is not None:
+            self.pos[:, q0:q0 + n] = positions
         try:
-            out = self.model(input_ids=input_ids, attention_mask=self._attention(q0, n), position_ids=positions,
+            out = self.model(input_ids=input_ids, attention_mask=self._attention(q0, n, positions),
+                             position_ids=positions,
                              cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
         finally:
             self.cache.pending = 0
@@ -234,8 +257,7 @@ class RaggedKV:
             else:
                 device_shifts = self._tensor(shifts)
                 sk.shift_rows_(self.cache.live(), device_shifts, dim=-2, backend=self.backend, check_values=False)
-                sk.shift_rows_(self.mask[:, self.start:self.length], device_shifts, dim=-1, backend=self.backend,
-                               check_values=False)
+                sk.shift_rows_(self._row_tables(), device_shifts, dim=-1, backend=self.backend, check_values=False)
         self.cache.length -= dmin
         for b, d in enumerate(drop):
             self.span[b] = max(0, self.span[b] - d)
@@ -272,6 +294,9 @@ class RaggedKV:
         live = self.length - self.start
         window = self.mask[:, self.start:self.length]
         sk.compact_rows_(self.cache.live(), window, dim=-2, backend=self.backend, check_values=False)
+        if self.pos is not None:
+            sk.compact_rows_(self.pos[:, self.start:self.length], window, dim=-1, backend=self.backend,
+                             check_values=False)
         # The mask compacts to right-aligned runs of seq_len[b]: write that instead of moving it.
         window.copy_(self._columns(live)[None, :] >= (live - self.seq_len)[:, None])
         self.span = list(self.lengths)
@@ -287,8 +312,16 @@ class RaggedKV:
                 row = slab[b, i, :, lo:hi]
                 slab[b, i, :, lo:hi] = torch.cat([row.new_zeros(row.shape[0], s, row.shape[2]), row[:, :hi - lo - s]],
                                                  dim=1)
-            row = self.mask[b, lo:hi]
-            self.mask[b, lo:hi] = torch.cat([row.new_zeros(s), row[:hi - lo - s]])
+            for table in self._row_tables():
+                row = table[b]
+                table[b] = torch.cat([row.new_zeros(s), row[:hi - lo - s]])
+
+    def _row_tables(self) -> list[torch.Tensor]:
+        """The per-column tables that move with the keys and values: the mask, and positions where kept."""
+        tables = [self.mask[:, self.start:self.length]]
+        if self.pos is not None:
+            tables.append(self.pos[:, self.start:self.length])
+        return tables
 
     def crop(self, n: int) -> None:
         """Discard the last n columns of every row (all rows hold real tokens there)."""
@@ -305,6 +338,8 @@ class RaggedKV:
         device_index = self._tensor(index)
         self.cache.select_rows(device_index)
         self.mask = self.mask.index_select(0, device_index)
+        if self.pos is not None:
+            self.pos = self.pos.index_select(0, device_index)
         self.seq_len = self.seq_len.index_select(0, device_index)
         for name in ("lengths", "span", "first_new", "new_real"):
             values = getattr(self, name)
@@ -322,6 +357,8 @@ class RaggedKV:
         self.cache.slab[index, :, :, end - width:end] = src.cache.slab[:, :, :, src.start:src.length]
         self.mask[index, :end] = False
         self.mask[index, end - width:end] = src.mask[:, src.start:src.length]
+        if self.pos is not None:
+            self.pos[index, end - width:end] = src.pos[:, src.start:src.length]
         self.seq_len[index] = src.seq_len
         base = end - self.written
         for j, b in enumerate(rows):
