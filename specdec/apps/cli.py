@@ -39,7 +39,7 @@ from .demo import run_demo
 from .loading import DTYPES, check_drafter_flags, check_model_folder, folder_name, load_draft
 from .progress import Progress
 from .prompts import encode, load_prompt_records, load_prompts
-from .real_demo import DRAFTERS, run_real_demo
+from .real_demo import DRAFTERS, MODELS, run_real_demo
 from .report import format_runs, merge_stats, run_summary
 
 
@@ -89,7 +89,9 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_real_demo_args(real: argparse.ArgumentParser) -> None:
-    real.add_argument("--target", help="local Hugging Face folder (default: SmolLM2-135M-Instruct, converted once)")
+    real.add_argument("--target", help="local Hugging Face folder (default: --model, converted once)")
+    real.add_argument("--model", choices=tuple(MODELS), default="smollm2",
+                      help="which shipped real model: SmolLM2-135M-Instruct or Gemma 3 270M (sliding windows)")
     real.add_argument("--prompts", default="specbench-style",
                       help="prompts file with categories (default: the shipped SpecBench-style set; here: "
                            "--prompts ../shared/data/spec_bench_questions.jsonl --per-category 5)")
@@ -430,7 +432,7 @@ def main(argv=None) -> int:
                           batch_sizes=args.batch_sizes, repeats=args.repeats, k=args.num_draft_tokens,
                           drafters=args.drafters, fixed=not args.no_fixed, transformers=args.transformers,
                           check=not args.no_check, chat=not args.no_chat_template, json_out=args.json_out,
-                          command=args.command_line)
+                          command=args.command_line, model=args.model)
         else:
             run_ablation(quick=args.quick, json_out=args.json_out, plot=args.plot, device=args.device,
                          threads=args.threads, prompts=args.prompts, max_new_tokens=args.max_new_tokens,

