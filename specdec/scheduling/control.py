@@ -176,7 +176,7 @@ class SpeculationController:
         enabled: False gives fixed K (every row drafts all it can, width K + 1): the ablation's baseline.
     """
 
-    def __init__(self, max_draft: int, *, draft_cost_ratio: float | None = None, explore_share: float = 0.05,
+    def __init__(self, max_draft: int, *, draft_cost_ratio: float | None = None, explore_share: float = 0.03,
                  warmup_explore: int = 3, refresh_steps: int = 64, enabled: bool = True,
                  row_strength: float = 4.0):
         self.k = int(max_draft)
@@ -298,8 +298,15 @@ class SpeculationController:
         if top == 0:
             return self._finish(Plan(1, [0] * batch, float(batch), self._target_estimate(batch)), rows, keys)
         rates: dict = {}  # rows share most keys: look each up once
-        probs = [self.probs(r, k[:self.k], rates) for r, k in zip(rows, keys)]
-        gains = [self._cumulative(p) for p in probs]  # gains[b][c]: expected tokens of row b with c drafts
+        shared: dict = {}  # and rows with the same keys and row factor share their probabilities
+        probs, gains = [], []
+        for r, k in zip(rows, keys):
+            memo = (self._row_factor(r), tuple(k[:self.k]))
+            if memo not in shared:
+                p = self.probs(r, memo[1], rates)
+                shared[memo] = (p, self._cumulative(p))
+            probs.append(shared[memo][0])
+            gains.append(shared[memo][1])  # gains[b][c]: expected tokens of row b with c drafts
         best = best_opt = None
         for width in range(1, top + 2):
             counts = [min(n, width - 1) for n in offer]
