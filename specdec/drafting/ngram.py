@@ -6,10 +6,10 @@ so this drafter is free and often right. It is deterministic, so rejection sampl
 q = one-hot (draft_probs=None); rows with no match propose nothing (num_draft 0).
 
 Each proposed token carries the key ("ngram", n, position): the controller learns how often matches of each
-length land at each position (on SmolLM2, a 1-gram match's first token about 20% of the time, a 4-gram's
-about 65%: `python bench/real_model.py --drafters ngram` prints the table), and verifies a proposal only when
-that pays for its width. So short matches are proposed too (min_n=1) and priced, not filtered out by a
-threshold.
+length land at each position (a run's stats["acceptance_table"]; `python bench/speculation.py --target DIR`
+keeps it per cell in its JSON) and verifies a proposal only when that pays for its width. So short matches
+are proposed too (min_n=1) and priced, not filtered out by a threshold: on SmolLM2 a 1-gram match's first
+token lands far less often than a 4-gram's, and the table says by how much on the text at hand.
 """
 
 from __future__ import annotations

@@ -417,4 +417,7 @@ class SpeculationController:
             "explore_steps": self.explored,
             "predicted_tokens_per_step": self.predicted_tokens / steps if steps else 0.0,
             "realised_tokens_per_step": self.realised_tokens / steps if steps else 0.0,
+            # what the acceptance table has learned: key -> [P(accepted | the drafts before accepted), weight]
+            "acceptance_table": {"/".join(map(str, key)): [round(self.acceptance.rate(key), 4), round(c[1], 1)]
+                                 for key, c in sorted(self.acceptance.counts.items(), key=lambda kc: str(kc[0]))},
         }
