@@ -15,7 +15,7 @@ $(VPY):
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 
-$(STAMP): $(VPY) requirements-dev.txt pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h)
+$(STAMP): $(VPY) requirements-dev.txt pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h kernels/*/cpp/*.cpp kernels/*/cpp/*.h)
 	$(VPY) -m pip install -q -r requirements-dev.txt
 	$(VPY) -m pip install -q --no-build-isolation --no-deps -e .
 	$(VPY) -c "import specdec_kernels as sk; print('specdec_kernels backends:', sk.available_backends())"
