@@ -18,7 +18,7 @@ from .drafting.base import Drafter
 from .drafting.model import ModelDrafter
 from .kv.geometry import model_device, output_vocab, parameter_count
 from .kv.ragged import REALIGN_MODES, check_compact_threshold
-from .sampling import SamplingConfig
+from .sampling import SamplingConfig, check_scoring
 from .scheduling.control import SpeculationController
 from .scheduling.eqspec import EqspecSource
 from .scheduling.exspec import ExspecSource
@@ -114,12 +114,21 @@ class SpeculativeDecoder:
 
     def generate(self, prompts, max_new_tokens: int = 64, batch_size: int = 8, eos_token_id=None,
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                 seed: int | None = None, progress=None) -> GenerationResult:
+                 seed: int | None = None, progress=None, scoring=None, observer=None) -> GenerationResult:
         """Generate for every prompt; see GenerationResult. eos_token_id: an id, a list of ids, or None for
         the target's generation_config.eos_token_id (what target.generate would use); [] disables EOS.
-        progress: optional callable, called with a prompt's index when that prompt is finished."""
+        progress: optional callable, called with a prompt's index when that prompt is finished.
+        scoring: what every distribution is decoded from instead of do_sample/temperature/top_k/top_p (left at
+        their defaults then): an object with do_sample, process(logits, prefixes) and probs(logits, prefixes)
+        (specdec.sampling), e.g. specdec.processing.ProcessorScoring for transformers logits processors.
+        observer: sees the kept tokens (and, if it asks, the scores they came from): see specdec.scheduling.loop."""
         ids = encode_prompts(prompts, self.tokenizer, self.target, max_new_tokens, batch_size)
         sampling = SamplingConfig(do_sample, temperature, top_k, top_p)
+        if scoring is not None:
+            if sampling != SamplingConfig():
+                raise ValueError("pass either scoring or do_sample/temperature/top_k/top_p, not both")
+            check_scoring(scoring)
+            sampling = scoring
         eos = eos_ids(eos_token_id, self.target, self.vocab_size)
         seed = check_seed(seed)
         check_progress(progress)
@@ -142,7 +151,7 @@ class SpeculativeDecoder:
                                   self.realign, self.compact_threshold)
         loop = DecodeLoop(target=self.target, source=source, drafter=self.drafter, controller=self.controller,
                           prompts=ids, max_new=max_new_tokens, eos=eos, sampling=sampling, generator=generator,
-                          backend=self.backend, timer=timer, k=self.k, progress=progress)
+                          backend=self.backend, timer=timer, k=self.k, progress=progress, observer=observer)
         loop.out = out
         with torch.no_grad():
             loop.run()

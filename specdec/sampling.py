@@ -3,7 +3,7 @@
 Speculative sampling is exact only if the drafts are sampled from the same distribution q that the rejection
 rule divides by, and the target side uses the distribution p the user asked for. So every distribution the engine
 decodes from goes through ONE object, its scoring: SamplingConfig (temperature, top-k, top-p) here, or a
-transformers LogitsProcessorList (specdec.hf_generate). A scoring has
+transformers LogitsProcessorList (specdec.processing, which specdec.generate builds). A scoring has
 
     do_sample                      sample, or take the argmax
     process(logits, prefixes)      processed scores [..., V] (float32); the argmax is the greedy token
@@ -96,6 +96,14 @@ class SamplingConfig:
 
     def probs(self, logits: torch.Tensor, prefixes: Prefixes | None = None) -> torch.Tensor:
         return processed_probs(logits, self.temperature, self.top_k, self.top_p)
+
+
+def check_scoring(scoring) -> None:
+    """ValueError unless `scoring` has the interface above (do_sample a bool, process and probs callable)."""
+    if not isinstance(getattr(scoring, "do_sample", None), bool) or not all(
+            callable(getattr(scoring, name, None)) for name in ("process", "probs")):
+        raise ValueError(f"scoring must have do_sample (True or False), process(logits, prefixes) and "
+                         f"probs(logits, prefixes) (see specdec.sampling), got {type(scoring).__name__}")
 
 
 def processed_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,

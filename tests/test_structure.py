@@ -27,6 +27,9 @@ LAYERS = {
     "specdec.decoder": ("specdec.kv", "specdec.drafting", "specdec.scheduling", "specdec.sampling",
                         "specdec.timing", "specdec.validation"),
     "specdec.models": ("specdec.kv", "specdec.models"),
+    "specdec.processing": ("specdec.sampling",),
+    "specdec.hf_generate": ("specdec.kv", "specdec.drafting", "specdec.sampling", "specdec.processing",
+                            "specdec.decoder", "specdec.validation"),
 }
 
 

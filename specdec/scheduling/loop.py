@@ -12,6 +12,11 @@
 Between steps the target's lane holds every token of a row except the newest, `last`. The batch source
 interface (admit, next_batch, commit, retire) is all the loop knows of a scheduler, and the drafter protocol
 (specdec.drafting.base) all it knows of a drafter.
+
+An optional observer (specdec.hf_generate's streamer and output_scores) sees what plain decoding would show:
+observer.tokens(seq, tokens) with each row's tokens as they are kept (after an EOS / max_new_tokens cut), and,
+when observer.wants_scores, observer.scores(seqs, logits, scores) with the raw and processed target
+distributions [B, w, V] each kept token was chosen from, before the tokens of that step.
 """
 
 from __future__ import annotations
@@ -61,8 +66,10 @@ class DecodeLoop:
     def __init__(self, *, target, source: BatchSource, drafter: Drafter | None,
                  controller: SpeculationController | None, prompts: list[list[int]], max_new: int, eos: list[int],
                  sampling: SamplingConfig, generator: torch.Generator, backend: str | None, timer: PhaseTimer,
-                 k: int, progress=None):
+                 k: int, progress=None, observer=None):
         self.target, self.source, self.drafter, self.controller = target, source, drafter, controller
+        self.observer = observer
+        self.keep_scores = bool(getattr(observer, "wants_scores", False))
         self.prompts, self.max_new, self.k = prompts, max_new, k
         self.eos, self.eos_set = eos, frozenset(eos)
         self.sampling, self.generator, self.backend = sampling, generator, backend
@@ -170,12 +177,13 @@ class DecodeLoop:
             if any(c != proposal.width for c in counts):
                 num_draft = torch.tensor(counts, dtype=torch.int64).to(logits.device, non_blocking=True)
             prefixes = Prefixes(batch.seqs, self.history, self.prompt_length, proposal.tokens)
+            scores = self._scores(batch.seqs, logits, prefixes)
             if not self.sampling.do_sample:
-                tokens, accepted = sk.verify_greedy(proposal.tokens, self.sampling.process(logits, prefixes),
-                                                    num_draft, backend=self.backend, **NO_VALUE_CHECKS)
+                tokens, accepted = sk.verify_greedy(proposal.tokens, scores, num_draft, backend=self.backend,
+                                                    **NO_VALUE_CHECKS)
             else:
-                tokens, accepted = sk.rejection_sample(proposal.tokens, proposal.probs,
-                                                       self.sampling.probs(logits, prefixes), num_draft,
+                probs = scores.softmax(dim=-1) if scores is not None else self.sampling.probs(logits, prefixes)
+                tokens, accepted = sk.rejection_sample(proposal.tokens, proposal.probs, probs, num_draft,
                                                        generator=self.generator, backend=self.backend,
                                                        **NO_VALUE_CHECKS)
         last = tokens.gather(1, accepted[:, None]).squeeze(1)
@@ -195,9 +203,21 @@ class DecodeLoop:
         if logits.ndim == 3:
             logits = logits[:, -1]
         prefixes = Prefixes(seqs, self.history, self.prompt_length)
+        scores = self._scores(seqs, logits[:, None], prefixes)
         if self.sampling.do_sample:
-            return sample(self.sampling.probs(logits[:, None], prefixes)[:, 0], self.generator)
-        return greedy(self.sampling.process(logits[:, None], prefixes)[:, 0])
+            probs = scores.softmax(dim=-1) if scores is not None else self.sampling.probs(logits[:, None], prefixes)
+            return sample(probs[:, 0], self.generator)
+        return greedy(scores[:, 0])
+
+    def _scores(self, seqs: list[int], logits: torch.Tensor, prefixes: Prefixes) -> torch.Tensor | None:
+        """The processed scores [B, w, V] when greedy decoding or the observer needs them (sampling then
+        uses their softmax, which is what probs() is), else None."""
+        if self.sampling.do_sample and not self.keep_scores:
+            return None
+        scores = self.sampling.process(logits, prefixes)
+        if self.keep_scores:
+            self.observer.scores(seqs, logits, scores)
+        return scores
 
     def history(self, seq: int) -> list[int]:
         """The tokens sequence `seq` has so far: its prompt, then what it emitted."""
@@ -209,6 +229,7 @@ class DecodeLoop:
     # ------------------------------------------------------------------------------------------- bookkeeping
     def emit(self, seq: int, tokens: Sequence[int]) -> None:
         out = self.out[seq]
+        start = len(out)
         for i, t in enumerate(tokens):
             out.append(t)
             eos = t in self.eos_set
@@ -218,7 +239,9 @@ class DecodeLoop:
                     self.progress(seq)
                 if i + 1 < len(tokens):  # the block is cut: what follows is dropped
                     self.cuts["eos" if eos else "max_new_tokens"] += 1
-                return
+                break
+        if self.observer is not None:
+            self.observer.tokens(seq, out[start:])
 
     def record(self, batch: StepBatch, plan, proposal: Proposal | None, emitted, accepted, bins,
                seconds: float) -> None:
