@@ -8,6 +8,10 @@ keys and values live in ONE tensor
 so that a per-row realignment of the whole cache is a single `sk.shift_rows_` call on one tensor, and a step
 writes only its new columns. Columns are absolute: [start, length) is live; columns before `start` are left
 padding in every row. The owner (specdec.kv.ragged.RaggedKV) moves `length` and `start`; update() only writes.
+
+A tensor-parallel model (transformers' TP plan: its attention runs on this rank's share of the heads) writes only
+its local KV heads, so its slab holds kv_heads / tp heads; update() refuses keys with any other head count, since
+a slab of the global count would silently broadcast one local head into every slot.
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ class SlabLayer(CacheLayerMixin):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         o = self.owner
         n = key_states.shape[-2]
+        if key_states.shape[-3] != o.slab.shape[2]:
+            raise RuntimeError(f"layer {self.index} wrote {key_states.shape[-3]} KV heads but the slab holds "
+                               f"{o.slab.shape[2]} (a tensor-parallel model writes kv_heads / tp heads per rank: "
+                               "build the cache with SlabCache.for_model)")
         if n != o.pending:
             raise RuntimeError(f"layer {self.index} wrote {n} columns but the cache expected {o.pending} "
                                "(call SlabCache.reserve(n) before the forward)")
@@ -94,6 +102,7 @@ class SlabCache(Cache):
     @classmethod
     def for_model(cls, model, batch: int, capacity: int) -> "SlabCache":
         layers, kv_heads, head_dim = kv_geometry(model.config)
+        kv_heads = local_kv_heads(kv_heads, tensor_parallel_size(model))
         p = next(model.parameters())
         return cls(batch, layers, kv_heads, head_dim, capacity, dtype=p.dtype, device=p.device)
 
@@ -147,6 +156,23 @@ class SlabCache(Cache):
 
     def get_query_offset(self, layer_idx: int = 0) -> int:
         return self.length - self.start
+
+
+def tensor_parallel_size(model) -> int:
+    """How many ranks share `model` by tensor parallelism: transformers records the degree when it shards a model
+    with a TP plan (`_tp_size`); parameters that are DTensors tell it too. 1 for a whole model."""
+    size = getattr(model, "_tp_size", None)
+    if isinstance(size, int) and size > 1:
+        return size
+    mesh = getattr(next(model.parameters(), None), "device_mesh", None)  # a DTensor parameter
+    return int(mesh.size()) if mesh is not None else 1
+
+
+def local_kv_heads(kv_heads: int, tp: int) -> int:
+    """The KV heads one rank of a tp-way sharded model holds (its attention shards the heads evenly)."""
+    if kv_heads % tp:
+        raise ValueError(f"{kv_heads} KV heads do not split evenly over {tp} tensor-parallel ranks")
+    return kv_heads // tp
 
 
 def round_up_pow2(n: int) -> int:
