@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 THREADS ?= 1
 RUN    := OMP_NUM_THREADS=$(THREADS) MKL_NUM_THREADS=$(THREADS) SPECDEC_THREADS=$(THREADS) $(VPY)
 
-.PHONY: venv install test test-fast demo bench ablate real-demo gpu-check clean
+.PHONY: venv install test test-fast demo bench ablate real-demo tp-bench gpu-check clean
 
 venv: $(VPY)
 $(VPY):
@@ -49,6 +49,10 @@ real-demo: install
 	$(RUN) -m specdec real-demo --json results/real_demo.json $(REAL_DEMO_ARGS)
 	$(RUN) -m specdec real-demo --model gemma3 --batch-sizes 1 4 --no-fixed --json results/real_demo_gemma3.json \
 		$(REAL_DEMO_ARGS)
+
+# Tensor parallelism's communication cost: the demo target over 2 gloo processes beside one process (~30 s)
+tp-bench: install
+	$(RUN) bench/tp_bench.py --out docs/tp_cpu.json
 
 gpu-check: install
 	$(VPY) bench/gpu_check --out results/gpu_check.json

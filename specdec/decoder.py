@@ -4,6 +4,10 @@ another drafter, the speculation controller, and the plain autoregressive baseli
     dec = SpeculativeDecoder(target, draft, num_draft_tokens=4, scheduler="eqspec")
     res = dec.generate(prompts, max_new_tokens=64, batch_size=8)
     res.sequences, res.stats
+
+A target sharded by transformers' tensor-parallel plan (loaded with tp_plan / DistributedConfig under
+torch.distributed) is detected: every rank makes the same calls, rank 0 decides, the others follow
+(specdec.scheduling.distributed).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from .kv.geometry import model_device, output_vocab, parameter_count
 from .kv.ragged import REALIGN_MODES, check_compact_threshold
 from .sampling import SamplingConfig, check_scoring
 from .scheduling.control import SpeculationController
+from .scheduling.distributed import TensorParallelRanks, check_placement, fingerprint, guarded
 from .scheduling.eqspec import EqspecSource
 from .scheduling.exspec import ExspecSource
 from .scheduling.loop import DecodeLoop
@@ -57,12 +62,15 @@ class SpeculativeDecoder:
         realign: "shift" | "mask" | "paper" (specdec.kv.ragged); compact_threshold: realign="mask"'s threshold.
         window: EXSPEC's pool size, the number of unfinished prompts it picks each step's group from.
         sync_timers: synchronise the device at phase boundaries (default: on CUDA).
+        tp_timeout: a tensor-parallel target's ranks wait this many seconds (default 120) in a collective
+            of their own before a stuck rank ends the run with an error.
     """
 
     def __init__(self, target, draft=None, num_draft_tokens: int = 4, scheduler: str = "eqspec",
                  backend: str | None = None, tokenizer=None, sync_timers: bool | None = None,
                  realign: str = "shift", compact_threshold: float | None = None, window: int = 32,
-                 adaptive: bool = True, controller: SpeculationController | None = None):
+                 adaptive: bool = True, controller: SpeculationController | None = None,
+                 tp_timeout: float | None = None):
         if not isinstance(realign, str) or realign not in REALIGN_MODES:
             raise ValueError(f"realign must be one of {REALIGN_MODES}, got {realign!r}")
         self.compact_threshold = check_compact_threshold(compact_threshold)
@@ -81,6 +89,7 @@ class SpeculativeDecoder:
             if reason and backend != "auto":
                 raise RuntimeError(f"backend {backend!r} is not available: {reason}")
         check_attention(target, "target")  # sliding windows, flash attention: refused before any forward
+        check_placement(target, "target")  # a pipeline split (device_map over devices) is refused
         self.target = target
         self.scheduler = scheduler
         self.k = num_draft_tokens
@@ -109,8 +118,12 @@ class SpeculativeDecoder:
         self.controller = None
         if self.drafter is not None:
             kv_model = getattr(self.drafter, "kv_model", None)
+            if kv_model is not None:
+                check_placement(kv_model, "draft")
             ratio = parameter_count(kv_model) / parameter_count(target) if kv_model is not None else None
             self.controller = controller or SpeculationController(self.k, draft_cost_ratio=ratio, enabled=adaptive)
+        # Last, once every check passed on every rank alike: building the ranks' control group is a collective.
+        self.ranks = TensorParallelRanks.for_model(target, tp_timeout)
 
     def generate(self, prompts, max_new_tokens: int = 64, batch_size: int = 8, eos_token_id=None,
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
@@ -133,6 +146,12 @@ class SpeculativeDecoder:
         seed = check_seed(seed)
         check_progress(progress)
         max_new_tokens, batch_size = int(max_new_tokens), int(batch_size)
+        if self.ranks is not None:  # one seed on every rank (rank 0's), and a check that all got this call
+            self.ranks.reset_stats()
+            seed = self.ranks.agree_start(seed, fingerprint(ids, max_new_tokens, batch_size, eos, do_sample,
+                                                            temperature, top_k, top_p, self.scheduler, self.k,
+                                                            self.realign, self.window, self.adaptive,
+                                                            type(self.controller).__name__))
         generator = torch.Generator(device=self.device)
         if seed is not None:
             generator.manual_seed(seed)
@@ -153,9 +172,12 @@ class SpeculativeDecoder:
                           prompts=ids, max_new=max_new_tokens, eos=eos, sampling=sampling, generator=generator,
                           backend=self.backend, timer=timer, k=self.k, progress=progress, observer=observer)
         loop.out = out
-        with torch.no_grad():
+        loop.ranks = self.ranks
+        with torch.no_grad(), guarded(self.ranks):
             loop.run()
         stats = loop.stats()
+        if self.ranks is not None:
+            stats["tensor_parallel"] = self.ranks.stats()
         stats.update({
             "scheduler": self.scheduler,
             "num_draft_tokens": self.k if self.drafter is not None else 0,

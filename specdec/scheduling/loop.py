@@ -13,6 +13,10 @@ Between steps the target's lane holds every token of a row except the newest, `l
 interface (admit, next_batch, commit, retire) is all the loop knows of a scheduler, and the drafter protocol
 (specdec.drafting.base) all it knows of a drafter.
 
+With a tensor-parallel target every rank runs this loop (`ranks`: specdec.scheduling.distributed): rank 0's
+plan, early stops, first tokens and step outcomes reach the others in one small int64 broadcast each, so
+every rank runs the same forwards.
+
 An optional observer (specdec.hf_generate's streamer and output_scores) sees what plain decoding would show:
 observer.tokens(seq, tokens) with each row's tokens as they are kept (after an EOS / max_new_tokens cut), and,
 when observer.wants_scores, observer.scores(seqs, logits, scores) with the raw and processed target
@@ -68,6 +72,7 @@ class DecodeLoop:
                  sampling: SamplingConfig, generator: torch.Generator, backend: str | None, timer: PhaseTimer,
                  k: int, progress=None, observer=None):
         self.target, self.source, self.drafter, self.controller = target, source, drafter, controller
+        self.ranks = None  # the decoder sets TensorParallelRanks for a sharded target (rank 0 decides)
         self.observer = observer
         self.keep_scores = bool(getattr(observer, "wants_scores", False))
         self.prompts, self.max_new, self.k = prompts, max_new, k
@@ -131,6 +136,8 @@ class DecodeLoop:
         keys = self.drafter.offer(batch, self.k)
         plan = self.controller.plan(batch.seqs, keys, catch_up=self.drafter.lag(batch), horizon=self._horizon(batch))
         self.control_seconds += time.perf_counter() - t
+        if self.ranks is not None:  # the controller follows this rank's timings: use rank 0's plan
+            plan = self.ranks.agree_plan(plan, self.controller)
         if plan.plain:
             return plan, None
         early = getattr(self.drafter, "early_stop", False) and self.controller.enabled
@@ -140,6 +147,8 @@ class DecodeLoop:
             t0 = time.perf_counter()
             go_on = self.controller.keep_drafting(plan, drafted, keys_so_far, position_keys)
             self.control_seconds += time.perf_counter() - t0
+            if self.ranks is not None:
+                go_on = self.ranks.agree_flag(go_on, self.controller)
             return not go_on
 
         proposal = self.drafter.propose(batch, self.k if early else plan.width - 1, self.sampling, self.generator,
@@ -190,7 +199,11 @@ class DecodeLoop:
         packed = [accepted[:, None], tokens]
         if proposal is not None and proposal.bins is not None:
             packed.append(proposal.bins)
-        host = torch.cat(packed, dim=1).tolist()
+        if self.ranks is None:
+            host = torch.cat(packed, dim=1).tolist()
+        else:  # rank 0's outcome on every rank, read in the same readback; its drafts come along to be checked
+            host, last = self.ranks.agree_outcome(torch.cat(packed, dim=1),
+                                                  None if proposal is None else proposal.tokens)
         self.clock.collect()
         width = tokens.shape[1]
         accepted_host = [row[0] for row in host]
@@ -218,6 +231,11 @@ class DecodeLoop:
         if self.keep_scores:
             self.observer.scores(seqs, logits, scores)
         return scores
+
+    def admission_tokens(self, logits: torch.Tensor, seqs: list[int]) -> torch.Tensor:
+        """The first tokens of admitted prompts (first_tokens), rank 0's on every tensor-parallel rank."""
+        tokens = self.first_tokens(logits, seqs)
+        return tokens if self.ranks is None else self.ranks.agree_tokens(tokens)
 
     def history(self, seq: int) -> list[int]:
         """The tokens sequence `seq` has so far: its prompt, then what it emitted."""
@@ -281,7 +299,7 @@ class DecodeLoop:
                 return
             prompts = [self.prompts[i] for i in take]
             with self.timer.within("prefill"):
-                first = self.source.admit(take, prompts, self.first_tokens).tolist()
+                first = self.source.admit(take, prompts, self.admission_tokens).tolist()
             self.live.update(take)
             for seq, prompt, t in zip(take, prompts, first):
                 if self.drafter is not None:
