@@ -39,6 +39,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-fixed", action="store_true", help="skip the fixed-K runs")
     p.add_argument("--transformers", action="store_true", help="also time transformers' own generate")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="see specdec.apps.speed.measure")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -67,11 +68,11 @@ def main(argv=None) -> int:
     categories = {c: encode(tokenizer, texts, chat) for c, texts in by_category(records).items()}
     header = (f"{'demo pair' if not args.target else os.path.basename(os.path.normpath(args.target))}: "
               f"{len(records)} prompts, {args.max_new_tokens} new tokens, K={args.k}, {args.repeats} repeats, "
-              f"{args.threads} thread(s)")
+              f"{args.threads} thread(s), {args.clock} clock")
     print(header, flush=True)
     rows = measure(target, factories, categories, args.batch_sizes, max_new=args.max_new_tokens, k=args.k,
                    repeats=args.repeats, fixed=not args.no_fixed, transformers=args.transformers,
-                   assistants=assistants, show=lambda line: print(line, flush=True))
+                   assistants=assistants, show=lambda line: print(line, flush=True), clock=args.clock)
     print("\nspeed-up over the engine's plain batched decoding at the same batch size\n")
     print(table(rows))
     if args.json:

@@ -3,6 +3,9 @@
     python bench/compare_ops.py --threads 1 --json docs/ops_cpu.json
     python -m specdec demo --json docs/demo.json
     python -m specdec ablate --quick --json docs/ablation.json --plot docs/ablation.png
+    python -m specdec real-demo --prompts ../shared/data/spec_bench_questions.jsonl --per-category 3 \
+        --max-new-tokens 64 --transformers --json docs/real_demo_specbench.json
+    python bench/speculation.py --json docs/speculation_demo.json
     python bench/update_readme.py
 A table whose JSON is missing is left as it is.
 """
@@ -47,12 +50,16 @@ def ablation_table(path):
 
 
 def real_demo_table(path):
-    from specdec.apps.report import format_runs
+    """real-demo's own table (speed-up per category and batch size, exactness) under its header."""
     data = json.load(open(path))
-    rows = data["rows"]
-    for r in rows:
-        r["run"] = f"{r['run']} ({r['speedup']:.2f}x)"
-    return f"```\n{data['header']}\n```\n\n" + format_runs(rows)
+    return f"```\n{data['header']}\n```\n\n{data['table']}"
+
+
+def speculation_table(path):
+    """bench/speculation.py: speed-ups per drafter, controller on and fixed K, under its header."""
+    from specdec.apps.speed import table
+    data = json.load(open(path))
+    return f"```\n{data['header']}\n```\n\n{table(data['rows'])}"
 
 
 def engine_phases_table(path):
@@ -66,7 +73,11 @@ def engine_phases_table(path):
 
 SECTIONS = {"ops-table": ("docs/ops_cpu.json", ops_table), "demo-table": ("docs/demo.json", demo_table),
             "ablation-table": ("docs/ablation.json", ablation_table),
-            "real-demo-table": ("docs/real_demo.json", real_demo_table),
+            "ablation-smollm2-table": ("docs/ablation_smollm2.json", ablation_table),
+            "real-demo-table": ("docs/real_demo_specbench.json", real_demo_table),
+            "real-demo-shipped-table": ("docs/real_demo.json", real_demo_table),
+            "real-demo-gemma3-table": ("docs/real_demo_gemma3.json", real_demo_table),
+            "speculation-demo-table": ("docs/speculation_demo.json", speculation_table),
             "engine-phases-table": ("docs/engine_phases.json", engine_phases_table)}
 
 

@@ -79,12 +79,15 @@ class PhaseTimer:
 
 
 class ForwardClock:
-    """Times single model forwards for the speculation controller without adding device syncs: on CPU the wall
-    time, at once; on CUDA a pair of events around the forward, read by `collect()` after the step's own sync
-    (an event that has not completed yet is read at a later step)."""
+    """Times single model forwards for the speculation controller without adding device syncs: on CUDA a pair of
+    events around the forward, read by `collect()` after the step's own sync (an event that has not completed
+    yet is read at a later step); on CPU at once, with the process's CPU time when torch computes on one thread
+    (what a forward costs, whatever else the machine runs: on a shared machine wall time also counts the time
+    the process waited for a core, and the controller would chase that noise) and wall time otherwise."""
 
     def __init__(self, device: torch.device | str = "cpu"):
         self.cuda = torch.device(device).type == "cuda"
+        self.now = time.process_time if not self.cuda and torch.get_num_threads() == 1 else time.perf_counter
         self._pending: list = []
 
     @contextlib.contextmanager
@@ -97,9 +100,9 @@ class ForwardClock:
             end.record()
             self._pending.append((start, end, tokens, sink))
             return
-        t = time.perf_counter()
+        t = self.now()
         yield
-        sink(tokens, time.perf_counter() - t)
+        sink(tokens, self.now() - t)
 
     def collect(self) -> None:
         waiting = []

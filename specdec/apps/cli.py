@@ -127,6 +127,9 @@ def _add_real_demo_args(real: argparse.ArgumentParser) -> None:
                       help="skip comparing every output with plain greedy decoding (target.generate per prompt)")
     real.add_argument("--no-chat-template", action="store_true", help="feed prompts raw, not through a chat template")
     real.add_argument("--threads", type=int, default=THREADS_DEFAULT)
+    real.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                      help="time runs by wall clock, or by the process's CPU time (a shared machine: with one "
+                           "thread it counts the work, not the waiting)")
     real.add_argument("--json", dest="json_out", default=None, help="write rows, header and command line here")
 
 
@@ -481,7 +484,7 @@ def main(argv=None) -> int:
                           batch_sizes=args.batch_sizes, repeats=args.repeats, k=args.num_draft_tokens,
                           drafters=args.drafters, fixed=not args.no_fixed, transformers=args.transformers,
                           check=not args.no_check, chat=not args.no_chat_template, json_out=args.json_out,
-                          command=args.command_line, model=args.model)
+                          command=args.command_line, model=args.model, clock=args.clock)
         else:
             run_ablation(quick=args.quick, json_out=args.json_out, plot=args.plot, device=args.device,
                          threads=args.threads, prompts=args.prompts, max_new_tokens=args.max_new_tokens,

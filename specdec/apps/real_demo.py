@@ -59,7 +59,8 @@ def run_real_demo(threads: int = 1, *, target_dir: str | None = None, prompts: s
                   per_category: int | None = 2, limit: int | None = None, max_new_tokens: int = 48,
                   batch_sizes=(1, 4, 8), repeats: int = 2, k: int = 4, drafters=tuple(DRAFTERS), fixed: bool = True,
                   transformers: bool = False, check: bool = True, chat: bool = True, json_out: str | None = None,
-                  command: str | None = None, show=print, load=None, model: str = "smollm2") -> dict:
+                  command: str | None = None, show=print, load=None, model: str = "smollm2",
+                  clock: str = "wall") -> dict:
     """The report {header, command, rows, table, ...}; rows as speed.measure's, with greedy_matches/prompts when
     checked. load: a callable giving (model, tokenizer, description), instead of target_dir or SmolLM2."""
     torch.set_num_threads(threads)
@@ -85,7 +86,7 @@ def run_real_demo(threads: int = 1, *, target_dir: str | None = None, prompts: s
     header = (f"specdec real-demo: {description}, {len(ids)} prompts in {len(groups)} categories"
               f"{' through its chat template' if chat and getattr(tokenizer, 'chat_template', None) else ''}, "
               f"{max_new_tokens} new tokens, K={k}, batch sizes {list(batch_sizes)}, {repeats} repeat(s), "
-              f"{threads} thread(s), kernels {sk.get_backend()!r}")
+              f"{threads} thread(s), kernels {sk.get_backend()!r}, {clock} clock")
     show(header)
     reference = None
     if check:
@@ -98,7 +99,8 @@ def run_real_demo(threads: int = 1, *, target_dir: str | None = None, prompts: s
         cells = cells_for(batch_size, groups)
         rows += measure(target, factories, {name: [ids[i] for i in indexes] for name, indexes in cells.items()},
                         [batch_size], max_new=max_new_tokens, k=k, repeats=repeats, fixed=fixed,
-                        transformers=transformers, assistants=assistants, show=show, sequences=outputs)
+                        transformers=transformers, assistants=assistants, show=show, sequences=outputs,
+                        clock=clock)
         if reference is not None:
             for row in rows:
                 if row["batch_size"] == batch_size and "greedy_matches" not in row:

@@ -39,7 +39,7 @@ class _Engine:
     def run(self, ids, max_new: int, batch_size: int):
         res = self.decoder.generate(ids, max_new_tokens=max_new, batch_size=batch_size)
         self.stats.append(res.stats)
-        return res.sequences, res.stats["total_seconds"]
+        return res.sequences
 
 
 class _Transformers:
@@ -52,7 +52,6 @@ class _Transformers:
 
     def run(self, ids, max_new: int, batch_size: int, k: int = 4):
         out = []
-        start = time.perf_counter()
         with torch.no_grad():
             if self.how == "batched":
                 for i in range(0, len(ids), batch_size):
@@ -75,18 +74,24 @@ class _Transformers:
                     y = self.target.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
                                              max_new_tokens=max_new, pad_token_id=self.pad_id, **extra)
                     out.append(y[0, len(p):].tolist())
-        return out, time.perf_counter() - start
+        return out
 
 
 def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes, *, max_new: int = 64, k: int = 4,
             repeats: int = 2, scheduler: str = "eqspec", fixed: bool = True, transformers: bool = False,
-            assistants: dict | None = None, show=print, sequences: dict | None = None) -> list[dict]:
+            assistants: dict | None = None, show=print, sequences: dict | None = None,
+            clock: str = "wall") -> list[dict]:
     """Rows {category, batch_size, run, seconds, tokens_per_s, speedup, ...}; categories: {name: [token ids]}.
+
+    clock: what `seconds` and `speedup` count: "wall" time, or the process's "cpu" time (with one torch thread,
+    the work done, whatever else the machine runs; both are in every row).
 
     drafters: name -> factory of a drafter; each runs adaptive (and with fixed K when `fixed`). transformers:
     add transformers' own generate at batch 1 (plain, prompt lookup, and assisted with each of `assistants`)
     and plain batched generate at every batch size above 1. sequences: a dict to receive every run's last
     sequences (trimmed after EOS), keyed (category, batch_size, run), for checks against a reference."""
+    if clock not in ("wall", "cpu"):
+        raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
     eos = getattr(target.generation_config, "eos_token_id", None)
     eos = set([eos] if isinstance(eos, int) else (eos or []))
     pad = target.generation_config.pad_token_id
@@ -107,14 +112,17 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
             elif transformers:
                 runs["transformers batched generate"] = _Transformers(target, "batched", pad_id=pad)
             names = list(runs)
-            seconds = dict.fromkeys(names, 0.0)
+            wall, cpu = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0)
             outputs: dict[str, list] = {}
             for rep in range(repeats):
                 order = names[rep % len(names):] + names[:rep % len(names)]
                 for name in order:
-                    seqs, s = runs[name].run(ids, max_new, batch_size)
-                    seconds[name] += s
+                    w, c = time.perf_counter(), time.process_time()
+                    seqs = runs[name].run(ids, max_new, batch_size)
+                    wall[name] += time.perf_counter() - w
+                    cpu[name] += time.process_time() - c
                     outputs[name] = [_trim(list(q), eos) for q in seqs]
+            seconds = cpu if clock == "cpu" else wall
             if sequences is not None:
                 sequences.update({(category, batch_size, name): seqs for name, seqs in outputs.items()})
             tokens = sum(len(q) for q in outputs["plain"]) * repeats
@@ -122,6 +130,9 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
                 stats = getattr(runs[name], "stats", [])
                 last = stats[-1] if stats else {}
                 row = {"category": category, "batch_size": batch_size, "run": name, "seconds": seconds[name],
+                       "clock": clock, "wall_seconds": wall[name], "cpu_seconds": cpu[name],
+                       "wall_speedup": wall["plain"] / wall[name] if wall[name] else 0.0,
+                       "cpu_speedup": cpu["plain"] / cpu[name] if cpu[name] else 0.0,
                        "tokens_per_s": tokens / seconds[name] if seconds[name] else 0.0,
                        "speedup": seconds["plain"] / seconds[name] if seconds[name] else 0.0,
                        "exact": outputs[name] == outputs["plain"],
