@@ -108,7 +108,7 @@ class DecodeLoop:
 
     def step(self) -> None:
         self.steps += 1
-        started = time.perf_counter()
+        started = self.clock.now()
         with self.timer.phase("schedule"):
             batch = self.source.next_batch(len(self.waiting))
             batch.history, batch.prompt_length = self.history, self.prompt_length
@@ -124,7 +124,7 @@ class DecodeLoop:
             width = 1 if proposal is None else proposal.width + 1
             self.source.commit(batch, [width - 1 - a for a in accepted], draft_drop, last)
         with self.timer.phase("schedule"):
-            self.record(batch, plan, proposal, emitted, accepted, bins, time.perf_counter() - started)
+            self.record(batch, plan, proposal, emitted, accepted, bins, self.clock.now() - started)
             self.settle()
 
     # ------------------------------------------------------------------------------------------- phases
