@@ -47,6 +47,8 @@ its controller picks the widths.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from transformers import GenerationConfig
 from transformers.generation.streamers import TextStreamer
@@ -241,7 +243,25 @@ def _decoder(model, assistant_model, config, engine: dict, explicit_k) -> Specul
                          "prompt_lookup_num_tokens, or pick 'eqspec' or 'exspec'")
     options = {name: engine[name] for name in ("realign", "backend", "adaptive", "window", "compact_threshold")
                if name in engine}
-    return SpeculativeDecoder(model, draft, num_draft_tokens=k, scheduler=scheduler, **options)
+    decoder = SpeculativeDecoder(model, draft, num_draft_tokens=k, scheduler=scheduler, **options)
+    if decoder.controller is not None:
+        decoder.controller = _learned_controller(model, draft, decoder.controller)
+    return decoder
+
+
+# What the speculation controller learned (forward costs, acceptance per draft feature) outlives one call, as it
+# does on one SpeculativeDecoder: kept per target (dropped with it) and per drafter, K and mode.
+_LEARNED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _learned_controller(model, draft, fresh):
+    key = ("ngram" if isinstance(draft, NgramDrafter) else id(draft), fresh.k, fresh.enabled)
+    per_model = _LEARNED.setdefault(model, {})
+    entry = per_model.get(key)
+    if entry is not None and (entry[1] is None or entry[1]() is draft):  # an id is reused only once freed
+        return entry[0]
+    per_model[key] = (fresh, None if isinstance(draft, NgramDrafter) else weakref.ref(draft))
+    return fresh
 
 
 def _pad_sequences(ids: torch.Tensor, new: list[list[int]], pad: int | None) -> torch.Tensor:
