@@ -138,7 +138,7 @@ def test_costs_interpolate_and_resist_outliers():
     costs.observe(5, 2.0)
     assert costs.estimate(3) == pytest.approx(1.5)
     assert costs.optimistic(3) == 1.0
-    assert costs.estimate(20) == pytest.approx(2.0 * 2)  # growth 0.5 beyond the largest measured
+    assert costs.estimate(20) == pytest.approx(2.0 * 4)  # linear beyond the largest measured
     costs.observe(1, 1.2)
     costs.observe(1, 1000.0)  # one stall among three samples: the median ignores it
     assert costs.estimate(1) == 1.2

@@ -223,8 +223,8 @@ def test_controller_decisions_are_shared(tp_run):
         assert r0["stats"]["width_histogram"] == r1["stats"]["width_histogram"], name
         assert r0["stats"]["steps"] == r1["stats"]["steps"]
         if "skewed" in name:
-            assert r1["stats"]["tensor_parallel"]["disagreements"] > 0, name
-            assert r0["stats"]["tensor_parallel"]["disagreements"] == 0
+            assert r1["stats"]["tensor_parallel"]["overrides"] > 0, name
+            assert r0["stats"]["tensor_parallel"]["overrides"] == 0
 
 
 def test_one_collective_per_step_of_the_loops_own(tp_run):
@@ -453,6 +453,6 @@ def test_a_follower_whose_drafts_differ_from_rank_0s_raises():
 def test_a_follower_takes_rank_0s_plan():
     ranks = _follower(torch.tensor([3, 2, 0]))
     plan = ranks.agree_plan(Plan(1, [0, 0], 2.0, 1.0), SpeculationController(3))
-    assert (plan.width, plan.num_draft, ranks.disagreements, ranks.collectives) == (3, [2, 0], 1, 1)
+    assert (plan.width, plan.num_draft, ranks.overrides, ranks.collectives) == (3, [2, 0], 1, 1)
     fixed = SpeculationController(3, enabled=False)  # decides from the offers alone: no collective
     assert ranks.agree_plan(Plan(1, [0, 0], 2.0, 1.0), fixed).width == 1 and ranks.collectives == 1

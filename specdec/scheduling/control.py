@@ -35,6 +35,12 @@ from dataclasses import dataclass, field
 from typing import Hashable, Sequence
 
 MIN_SECONDS = 1e-7
+STALE_DISCOUNT = 0.8
+SWITCH_MARGIN = 0.1
+# A catch-up must pay for itself within this many steps: costs drift (context length, the machine), and a
+# draft model woken for a short spell pays its prefill for nothing.
+PAYBACK_STEPS = 8
+PLAIN_FIRST = 3  # a new controller's first steps are plain: they measure what speculation must beat
 
 
 class ForwardCosts:
@@ -44,10 +50,11 @@ class ForwardCosts:
     does not swing a decision; samples older than `fresh` steps are dropped when a new one arrives, so a cost
     that changed (longer contexts, another load on the machine) is believed at once when it is re-measured.
     Unmeasured N are interpolated linearly between measured neighbours and extrapolated beyond the largest
-    measured N as cost(N_max) * (N / N_max) ** growth. `prior(N)` (seconds) answers when nothing is measured.
+    measured N as cost(N_max) * (N / N_max) ** growth (linear by default: a prefill-sized catch-up costs about
+    its tokens on a CPU; pessimism there only makes exploring rarer). `prior(N)` answers when nothing is measured.
     """
 
-    def __init__(self, prior=None, growth: float = 0.5, fresh: int = 64):
+    def __init__(self, prior=None, growth: float = 1.0, fresh: int = 64):
         self.prior = prior
         self.growth = growth
         self.fresh = fresh
@@ -94,8 +101,11 @@ class ForwardCosts:
 
     def optimistic(self, tokens: int, step: int = 0, fresh: int | None = None) -> float | None:
         """A low but plausible cost for N = tokens: no dearer than what the largest smaller N measured within
-        the last `fresh` steps costs (a forward over more tokens is rarely cheaper), nor than its own estimate."""
+        the last `fresh` steps costs (a forward over more tokens is rarely cheaper), nor than STALE_DISCOUNT of
+        its own estimate (a cost measured long ago, or cold at the start of a run, may have been too high)."""
         own = self.estimate(tokens)
+        if own is not None:
+            own *= STALE_DISCOUNT
         lower = [n for n in self._sorted if n < tokens
                  and (fresh is None or step - self.last_seen[n] <= fresh)]
         if not lower:
@@ -177,7 +187,7 @@ class SpeculationController:
     """
 
     def __init__(self, max_draft: int, *, draft_cost_ratio: float | None = None, explore_share: float = 0.03,
-                 warmup_explore: int = 3, refresh_steps: int = 64, enabled: bool = True,
+                 warmup_explore: int = 3, refresh_steps: int = 32, enabled: bool = True,
                  row_strength: float = 4.0):
         self.k = int(max_draft)
         self.enabled = enabled
@@ -198,7 +208,9 @@ class SpeculationController:
         self.acceptance = AcceptanceTable()
         self.rows: dict[Hashable, RowRecord] = {}
         self.steps = 0
+        self.clock = 0
         self.explored = 0
+        self.explore_spent = 0.0  # plain-step equivalents spent exploring
         self.plain_steps = 0
         self.width_hist = [0] * (self.k + 2)
         self.predicted_tokens = 0.0
@@ -207,12 +219,12 @@ class SpeculationController:
 
     # ------------------------------------------------------------------------------------------- costs
     def observe_target(self, tokens: int, seconds: float) -> None:
-        self.target_costs.observe(tokens, seconds, self.steps)
+        self.target_costs.observe(tokens, seconds, self.clock)
         self._forward_seconds += seconds
 
     def observe_draft(self, tokens: int, seconds: float) -> None:
         if self.draft_costs is not None:
-            self.draft_costs.observe(tokens, seconds, self.steps)
+            self.draft_costs.observe(tokens, seconds, self.clock)
         self._forward_seconds += seconds
 
     def _overhead(self, batch: int, speculative: bool) -> float:
@@ -272,11 +284,12 @@ class SpeculationController:
         return total
 
     # ------------------------------------------------------------------------------------------- decisions
-    def _budget_left(self) -> bool:
-        return self.explored < self.warmup_explore + self.explore_share * self.steps
+    def _budget_left(self, cost: float = 1.0) -> bool:
+        """Exploration is budgeted in plain-step equivalents: warmup_explore + explore_share * steps of them."""
+        return self.explore_spent + cost <= self.warmup_explore + self.explore_share * self.steps
 
     def _stale(self, costs: ForwardCosts, tokens: int) -> bool:
-        age = costs.age(tokens, self.steps)
+        age = costs.age(tokens, self.clock)
         return age is None or age > self.refresh_steps
 
     def plan(self, rows: Sequence[Hashable], keys: Sequence[Sequence[tuple]], *, catch_up: int = 0,
@@ -294,7 +307,8 @@ class SpeculationController:
         if not self.enabled:
             width = max(offer, default=0) + 1
             return self._finish(Plan(width, [min(n, width - 1) for n in offer], 0.0, 0.0), rows, keys)
-        top = max(offer, default=0) if self.target_costs.seconds else 0  # first measure what a plain step costs
+        # first measure what a plain step costs, a few times (a process's first steps run cold)
+        top = max(offer, default=0) if self.clock >= PLAIN_FIRST and self.target_costs.seconds else 0
         if top == 0:
             return self._finish(Plan(1, [0] * batch, float(batch), self._target_estimate(batch)), rows, keys)
         rates: dict = {}  # rows share most keys: look each up once
@@ -307,35 +321,47 @@ class SpeculationController:
                 shared[memo] = (p, self._cumulative(p))
             probs.append(shared[memo][0])
             gains.append(shared[memo][1])  # gains[b][c]: expected tokens of row b with c drafts
-        best = best_opt = None
+        best = best_opt = plain_s = None
         for width in range(1, top + 2):
             counts = [min(n, width - 1) for n in offer]
             tokens = sum(g[c] for g, c in zip(gains, counts))
             drafts = width - 1 if self.draft_costs is not None else 0
             draft_s = self._draft_seconds(batch, drafts, catch_up)
+            extra = 0.0
             if drafts and catch_up:
                 # the catch-up columns ride on the first draft forward; charge their extra cost once per horizon
                 extra = draft_s - self._draft_seconds(batch, drafts, 0)
-                draft_s -= extra * (1 - 1 / max(1.0, min(horizon, 1e9)))
+                draft_s -= extra * (1 - 1 / max(1.0, min(horizon, PAYBACK_STEPS)))
             n = batch * width
             draft_s += self._overhead(batch, width > 1)
             est = self._target_estimate(n) + draft_s
-            option = (tokens / est, width, counts, tokens, est)
+            # Waking a draft model that fell behind costs a catch-up forward whatever the estimates say: leave
+            # plain decoding for it only on a clear predicted gain, so noise in the costs does not flap it on.
+            margin = 1 + SWITCH_MARGIN if drafts and catch_up else 1.0
+            option = (tokens / est / margin, width, counts, tokens, est)
             if best is None or option[0] > best[0]:
                 best = option
+            if plain_s is None:
+                plain_s = est
             if self._stale(self.target_costs, n):
-                opt = (self.target_costs.optimistic(n, self.steps, self.refresh_steps) or MIN_SECONDS) + draft_s
-                cand = (tokens / opt, width, counts, tokens, est)
+                opt = (self.target_costs.optimistic(n, self.clock, self.refresh_steps) or MIN_SECONDS) + draft_s
+                # what exploring costs, in plain steps: the step, and all of a catch-up it needs (a draft model's
+                # prefill is paid now, whatever it is amortised over if speculation then pays)
+                cand = (tokens / opt, width, counts, tokens, est, 1.0 + extra / max(plain_s, MIN_SECONDS))
                 if best_opt is None or cand[0] > best_opt[0]:
                     best_opt = cand
-        explore = best_opt is not None and best_opt[0] > best[0] and best_opt[1] != best[1] and self._budget_left()
+        explore = (best_opt is not None and best_opt[0] > best[0] and best_opt[1] != best[1]
+                   and self._budget_left(best_opt[5]))
         choice = best_opt if explore else best
+        if explore:
+            self.explore_spent += best_opt[5]
         plan = Plan(choice[1], choice[2], choice[3], choice[4], explore=explore,
                     probs=[p[:c] for p, c in zip(probs, choice[2])])
         return self._finish(plan, rows, keys)
 
     def _finish(self, plan: Plan, rows, keys) -> Plan:
         self.steps += 1
+        self.clock += 1  # never reset: the age of what was measured, across runs
         self.explored += plan.explore
         self.predicted_tokens += plan.predicted_tokens
         self.predicted_seconds += plan.predicted_seconds
@@ -377,7 +403,7 @@ class SpeculationController:
         self.plain_steps += width == 1
         if seconds is not None:
             table = self.spec_overhead if width > 1 else self.plain_overhead
-            table.observe(len(keys), max(MIN_SECONDS, seconds - self._forward_seconds), self.steps)
+            table.observe(len(keys), max(MIN_SECONDS, seconds - self._forward_seconds), self.clock)
         self._forward_seconds = 0.0
         for row, row_keys, a in zip(plan.rows, keys, accepted):
             reached = min(a + 1, len(row_keys))
@@ -397,6 +423,7 @@ class SpeculationController:
         costs and acceptance carries over."""
         self.rows.clear()
         self.steps = self.explored = self.plain_steps = 0
+        self.explore_spent = 0.0
         self.width_hist = [0] * (self.k + 2)
         self.predicted_tokens = self.predicted_seconds = 0.0
         self.realised_tokens = 0

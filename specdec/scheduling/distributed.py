@@ -180,7 +180,9 @@ class TensorParallelRanks:
         self.group = _control_group(self.timeout)
         self.collectives = 0
         self.seconds = 0.0
-        self.disagreements = 0  # collectives where this rank's own decision differed from rank 0's
+        self.disagreements = 0  # collectives where this rank's own tokens or counts differed from rank 0's
+        # collectives where this rank's own controller chose otherwise than rank 0's (its timings are its own)
+        self.overrides = 0
         self.by_kind: dict[str, int] = {}
 
     @classmethod
@@ -237,7 +239,7 @@ class TensorParallelRanks:
         agreed = self._broadcast("the plan", local)
         values = agreed.tolist()
         if values != local.tolist():
-            self.disagreements += 1
+            self.overrides += 1
             plan.width, plan.num_draft = values[0], values[1:]
         return plan
 
@@ -246,7 +248,7 @@ class TensorParallelRanks:
         if _decides_alone(controller):
             return flag
         agreed = bool(self._broadcast("early stop", torch.tensor([int(flag)], dtype=torch.int64))[0])
-        self.disagreements += agreed != bool(flag)
+        self.overrides += agreed != bool(flag)
         return agreed
 
     def agree_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -294,10 +296,10 @@ class TensorParallelRanks:
     def stats(self) -> dict:
         return {"ranks": self.size, "rank": self.rank, "collectives": self.collectives,
                 "collectives_by_kind": dict(self.by_kind), "collective_seconds": self.seconds,
-                "disagreements": self.disagreements}
+                "disagreements": self.disagreements, "overrides": self.overrides}
 
     def reset_stats(self) -> None:
-        self.collectives, self.seconds, self.disagreements, self.by_kind = 0, 0.0, 0, {}
+        self.collectives, self.seconds, self.disagreements, self.overrides, self.by_kind = 0, 0.0, 0, 0, {}
 
 
 def guarded(ranks: TensorParallelRanks | None):

@@ -298,7 +298,10 @@ class DecodeLoop:
             if not take:
                 return
             prompts = [self.prompts[i] for i in take]
-            with self.timer.within("prefill"):
+            # A prefill is a forward over rows x width query tokens too: it tells the controller what a forward
+            # of that size costs, the size a draft model's catch-up is (prefill tokens are not otherwise seen).
+            sink = self.controller.observe_target if self.controller is not None else (lambda n, s: None)
+            with self.timer.within("prefill"), self.clock.measure(len(take) * max(map(len, prompts)), sink):
                 first = self.source.admit(take, prompts, self.admission_tokens).tolist()
             self.live.update(take)
             for seq, prompt, t in zip(take, prompts, first):
