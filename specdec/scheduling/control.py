@@ -30,6 +30,7 @@ pay (k drafts + a verify cost more than k + 1 plain steps), so the controller go
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 from typing import Hashable, Sequence
@@ -90,8 +91,9 @@ class ForwardCosts:
         known = self._sorted
         if not known:
             return self.prior(tokens) if self.prior is not None else None
-        lo = max((n for n in known if n < tokens), default=None)
-        hi = min((n for n in known if n > tokens), default=None)
+        i = bisect.bisect_left(known, tokens)  # tokens itself is not measured: known[i - 1] < tokens < known[i]
+        lo = known[i - 1] if i > 0 else None
+        hi = known[i] if i < len(known) else None
         if lo is not None and hi is not None:
             t = (tokens - lo) / (hi - lo)
             return self.seconds[lo] + t * (self.seconds[hi] - self.seconds[lo])
@@ -106,11 +108,11 @@ class ForwardCosts:
         own = self.estimate(tokens)
         if own is not None:
             own *= STALE_DISCOUNT
-        lower = [n for n in self._sorted if n < tokens
-                 and (fresh is None or step - self.last_seen[n] <= fresh)]
-        if not lower:
+        below = self._sorted[:bisect.bisect_left(self._sorted, tokens)]
+        lower = next((n for n in reversed(below) if fresh is None or step - self.last_seen[n] <= fresh), None)
+        if lower is None:
             return own
-        bound = self.seconds[max(lower)]
+        bound = self.seconds[lower]
         return bound if own is None else min(own, bound)
 
 
@@ -405,16 +407,18 @@ class SpeculationController:
             table = self.spec_overhead if width > 1 else self.plain_overhead
             table.observe(len(keys), max(MIN_SECONDS, seconds - self._forward_seconds), self.clock)
         self._forward_seconds = 0.0
-        for row, row_keys, a in zip(plan.rows, keys, accepted):
-            reached = min(a + 1, len(row_keys))
-            if not row_keys:
+        # what the tables predicted before this step's outcomes, for every row; then the outcomes
+        rates: dict = {}
+        reached = [min(a + 1, len(k)) for k, a in zip(keys, accepted)]
+        predicted = [sum(self.probs(row, k[:n], rates)) if n else 0.0 for row, k, n in zip(plan.rows, keys, reached)]
+        for row, row_keys, a, n, p in zip(plan.rows, keys, accepted, reached, predicted):
+            if not n:
                 continue
-            p = self.probs(row, row_keys[:reached])
             rec = self.rows.setdefault(row, RowRecord())
-            for i in range(reached):
+            for i in range(n):
                 self.acceptance.observe(row_keys[i], i < a)
-            rec.accepted += min(a, reached)
-            rec.expected += sum(p)
+            rec.accepted += min(a, n)
+            rec.expected += p
         self.realised_tokens += sum(accepted) + len(accepted)
         self.acceptance.now += 1
 
