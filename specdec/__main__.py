@@ -1,3 +1,5 @@
+"""python -m specdec: the command line (specdec.apps.cli)."""
+
 import sys
 
 from .apps.cli import main
