@@ -3,7 +3,7 @@
     python bench/engine_phases.py [--threads 1] [--new 128] [--json results/engine_phases.json]
 
 batch 8, K=4, 128 new tokens, 16 prompts of 32 to 256 random tokens, the 8-layer demo target and its 2-layer
-draft (specdec/demo_models.py). For each kernel backend and realignment mode: the realign phase (seconds and
+draft (specdec/models/demo.py). For each kernel backend and realignment mode: the realign phase (seconds and
 share of the run) and the engine's own overhead = everything but the model forwards (timed with forward hooks
 on the target and draft models; prefill forwards count as model time).
 """

@@ -28,7 +28,7 @@ def run_demo(threads: int = 1, backend: str | None = None, batch_size: int = 8, 
               f"{threads} thread(s), kernels backend {chosen!r} (available: {', '.join(sk.available_backends())})")
     print(header)
     print("target: 8-layer random Llama (byte vocabulary) whose late layers only refine; draft: its first 2 "
-          "layers (see specdec/demo_models.py)\n")
+          "layers (see specdec/models/demo.py)\n")
     start = time.perf_counter()
     reference = [plain_greedy(target, p, max_new_tokens)[0] for p in prompts]
     print(f"plain greedy reference (target.generate, one prompt at a time): {time.perf_counter() - start:.1f} s")
