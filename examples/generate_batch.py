@@ -6,10 +6,11 @@ tensor.
     python examples/generate_batch.py --target DIR      any local Hugging Face causal LM folder
 
 A transformers user decodes one prompt at a time: transformers refuses assisted generation at batch size > 1. The
-same arguments, a tokenizer's padded batch, go to `specdec.generate`. This script checks two things. Every row
-must be token-for-token what `model.generate` gives for that prompt alone. The returned tensor must equal what
-transformers' batched plain `model.generate` returns for the padded batch (same layout: the left-padded prompt,
-the new tokens, finished rows padded with pad_token_id). Exit status 1 if any row differs.
+same arguments, a tokenizer's padded batch, go to `specdec.generate`. Every returned row must be the row of
+model.generate's layout: its left-padded prompt as given, exactly the tokens `model.generate` gives for that
+prompt alone, then pad_token_id to the batch's width. Exit status 1 if any row differs. It also reports whether
+the tensor equals transformers' batched plain `model.generate` on the padded batch, which can itself differ
+from per-prompt decoding by float rounding.
 """
 
 from __future__ import annotations
@@ -81,7 +82,11 @@ def main(argv=None) -> int:
         batched_plain = model.generate(**batch, **options)
 
     width = batch["input_ids"].shape[1]
-    same_rows = [new_tokens(out[i], width, eos) == alone[i] for i in range(len(prompts))]
+    pad = tokenizer.pad_token_id
+    # each row: the prompt as given, that prompt's tokens decoded alone, then pad_token_id to the batch's width
+    same_rows = [out[i, :width].tolist() == batch["input_ids"][i].tolist()
+                 and out[i, width:].tolist() == alone[i] + [pad] * (out.shape[1] - width - len(alone[i]))
+                 for i in range(len(prompts))]
     same_tensor = out.shape == batched_plain.shape and torch.equal(out, batched_plain)
     print(f"{len(prompts)} prompts, batch {len(prompts)}, {args.max_new_tokens} new tokens, "
           f"{torch.get_num_threads()} thread(s)")
@@ -89,9 +94,8 @@ def main(argv=None) -> int:
         print(f"  {'same' if ok else 'DIFFERS':7s} {text[:48]!r:52s} -> {tokenizer.decode(row)[:40]!r}")
     print(f"rows equal to model.generate(prompt alone, assistant_model=draft): {sum(same_rows)}/{len(prompts)}")
     print(f"tensor equal to model.generate(**batch) (batched plain greedy): {'yes' if same_tensor else 'no'}")
-    # transformers' batched plain decoding may itself differ from per-prompt decoding by float rounding in the
-    # padded batch; the per-row check is the contract, the tensor check shows the layout matches
-    return 0 if all(same_rows) and out.shape == batched_plain.shape else 1
+    # the per-row check is the contract; batched plain decoding is shown, not required (float rounding)
+    return 0 if all(same_rows) else 1
 
 
 if __name__ == "__main__":
