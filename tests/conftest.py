@@ -69,3 +69,13 @@ def run_inplace(op, tensors, *args, **kwargs):
 
 def device_generator(seed: int) -> torch.Generator:
     return torch.Generator(device=DEVICE).manual_seed(seed)
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    """A tiny Llama with a word-level tokenizer, saved as a Hugging Face folder (what --target takes)."""
+    from test_hf_models import WORDS, tiny_llama, word_tokenizer
+    folder = tmp_path_factory.mktemp("tiny") / "model"
+    tiny_llama(vocab_size=len(WORDS) + 1).save_pretrained(folder)
+    word_tokenizer(WORDS).save_pretrained(folder)
+    return folder

@@ -225,11 +225,8 @@ def test_cli_undecodable_prompts_file(tmp_path, capsys, no_model_work):
     assert f"{path}:2: not UTF-8" in err
 
 
-def test_cli_autoregressive_with_a_target_folder_needs_no_drafter(tmp_path, capsys):
-    from test_hf_models import WORDS, tiny_llama, word_tokenizer
-    folder = tmp_path / "model"
-    tiny_llama(vocab_size=len(WORDS) + 1).save_pretrained(folder)
-    word_tokenizer(WORDS).save_pretrained(folder)
+def test_cli_autoregressive_with_a_target_folder_needs_no_drafter(tmp_path, tiny_folder, capsys):
+    folder = tiny_folder
     prompts = tmp_path / "p.txt"
     prompts.write_text("w1 w2 w3\nw4\nw5 w6\n")
     out = tmp_path / "run.json"
@@ -280,16 +277,6 @@ def _prompts_file(folder, records=CATEGORY_PROMPTS):
     path = folder / "prompts.jsonl"
     path.write_text("".join(json.dumps({"category": c, "turns": [t]}) + "\n" for c, t in records))
     return path
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory):
-    """A tiny Llama with a word-level tokenizer, saved as a Hugging Face folder (what --target takes)."""
-    from test_hf_models import WORDS, tiny_llama, word_tokenizer
-    folder = tmp_path_factory.mktemp("tiny") / "model"
-    tiny_llama(vocab_size=len(WORDS) + 1).save_pretrained(folder)
-    word_tokenizer(WORDS).save_pretrained(folder)
-    return folder
 
 
 def test_run_per_category_rows_and_total(tmp_path, capsys):

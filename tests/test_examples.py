@@ -4,8 +4,6 @@
 import importlib.util
 import os
 
-import pytest
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -14,15 +12,6 @@ def load_example(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory):
-    from test_hf_models import WORDS, tiny_llama, word_tokenizer
-    folder = tmp_path_factory.mktemp("tiny") / "model"
-    tiny_llama(vocab_size=len(WORDS) + 1).save_pretrained(folder)
-    word_tokenizer(WORDS).save_pretrained(folder)
-    return folder
 
 
 PROMPTS = ["w3 w4 w5 w3 w4", "w7", "w9 w10 w11 w12 w13 w9 w10", "w20 w21", "w5 w5 w5", "w30 w31 w32",

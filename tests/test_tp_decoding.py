@@ -23,7 +23,8 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from engine_models import VOCAB, agreeing_draft, decoder, prompts, reference, target
-from specdec import NgramDrafter, SlabCache, SpeculativeDecoder, processed_probs
+from test_engine_sampling import chi_square_p, exact_joint
+from specdec import NgramDrafter, SlabCache, SpeculativeDecoder
 from specdec.models import noisy_copy, tiny_model
 from specdec.scheduling.control import Plan, SpeculationController
 from specdec.scheduling.distributed import TensorParallelError, TensorParallelRanks, check_placement
@@ -261,40 +262,15 @@ def test_no_seed_still_one_seed_for_all_ranks(tp_run):
     assert r0["sequences"] == r1["sequences"]
 
 
-@torch.no_grad()
-def _exact_joint(model, depth) -> dict:
-    joint = {(): 1.0}
-    for _ in range(depth):
-        prefixes = list(joint)
-        probs = processed_probs(model(torch.tensor([PROMPT + list(p) for p in prefixes])).logits[:, -1].double())
-        joint = {p + (v,): joint[p] * float(probs[i, v]) for i, p in enumerate(prefixes) for v in range(SMALL_V)}
-    return joint
-
-
-def _chi_square_p(counts: dict, expected: dict, n: int) -> float:
-    from scipy.stats import chi2
-    stat, dof, pooled_obs, pooled_exp = 0.0, -1, 0, 0.0
-    for cell, p in expected.items():
-        obs, exp = counts.get(cell, 0), p * n
-        if exp < 5:
-            pooled_obs, pooled_exp = pooled_obs + obs, pooled_exp + exp
-        else:
-            stat, dof = stat + (obs - exp) ** 2 / exp, dof + 1
-    if pooled_exp > 0:
-        stat, dof = stat + (pooled_obs - pooled_exp) ** 2 / pooled_exp, dof + 1
-    return float(chi2.sf(stat, dof))
-
-
 def test_sampling_follows_the_target_distribution(tp_run):
-    pytest.importorskip("scipy")
     r0, r1 = _both(tp_run, "chi-square")
     assert r0["sequences"] == r1["sequences"]
     counts: dict = {}
     for s in r0["sequences"]:
         counts[tuple(s)] = counts.get(tuple(s), 0) + 1
-    assert _chi_square_p(counts, _exact_joint(small_target(), CHI_DEPTH), CHI_N) > 1e-3
+    assert chi_square_p(counts, exact_joint(small_target(), CHI_DEPTH, 1.0, 0, 1.0), CHI_N) > 1e-3
     # the test has power: the draft's own distribution is rejected on the same samples
-    assert _chi_square_p(counts, _exact_joint(small_draft(), CHI_DEPTH), CHI_N) < 1e-6
+    assert chi_square_p(counts, exact_joint(small_draft(), CHI_DEPTH, 1.0, 0, 1.0), CHI_N) < 1e-6
 
 
 def test_ranks_given_different_calls_all_refuse(tp_run):
