@@ -25,3 +25,19 @@ def test_controller_knowledge_carries_over_between_calls():
     assert {id(entry[0]) for entry in learned.values()} == controllers  # the same controller, not a new one
     specdec.generate(model, **batch, prompt_lookup_num_tokens=3, max_new_tokens=6)
     assert len({id(entry[0]) for entry in learned.values()}) == 2  # another drafter: its own controller
+
+
+def test_fixed_k_skips_what_only_decisions_use():
+    """adaptive=False times no forwards and bins no draft confidences (nothing prices drafts), yet keeps its
+    stats: every step at full width, an acceptance table keyed by draft position."""
+    from specdec import SpeculativeDecoder
+    model = tiny_model("llama", vocab_size=64, seed=33)
+    draft = agreeing_draft(model, seed=34)
+    dec = SpeculativeDecoder(model, draft, num_draft_tokens=3, adaptive=False)
+    r = dec.generate([[3, 4, 5, 6], [7, 8, 9]], max_new_tokens=9)
+    assert not dec.controller.target_costs.seconds and not dec.controller.draft_costs.seconds
+    assert r.stats["width_histogram"] == [0, 0, 0, r.stats["steps"]]
+    assert max(len(key.split("/")) for key in r.stats["acceptance_table"]) == 2  # (drafter, position): no bins
+    adaptive = SpeculativeDecoder(model, draft, num_draft_tokens=3)
+    r = adaptive.generate([[3, 4, 5, 6], [7, 8, 9]], max_new_tokens=9)
+    assert adaptive.controller.target_costs.seconds

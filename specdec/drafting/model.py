@@ -60,6 +60,9 @@ class ModelDrafter:
         self.early_stop = (self.device.type == "cpu") if early_stop is None else bool(early_stop)
         self.seqs: dict[int, _Sequence] = {}
         self.timed = None  # timed(query_tokens) -> context manager, set by the decode loop for the controller
+        # the drafts' own probabilities, binned: the controller's features. The decode loop turns them off for
+        # fixed K, where nothing prices drafts (four small ops per draft saved; keys are then positions only)
+        self.confidence = True
         self.catch_up_columns = 0  # columns fed to catch up (prompts and skipped steps), for the stats
         self.resumed_columns = 0  # of those, the tokens of steps it sat out
         self._edges = torch.tensor(CONFIDENCE_EDGES, device=self.device)
@@ -122,21 +125,24 @@ class ModelDrafter:
                 probs.append(q)
             else:
                 scores = sampling.process(logits, prefixes)
-                q = scores.float().softmax(dim=-1)
+                q = scores.float().softmax(dim=-1) if self.confidence else None
                 d = greedy(scores)
             drafts.append(d)
-            confidence.append(q.gather(1, d[:, None]))
+            if self.confidence:
+                confidence.append(q.gather(1, d[:, None]))
             if i + 1 == k:
                 break
-            if stop is not None and self.early_stop:
+            if stop is not None and self.early_stop and self.confidence:
                 bins = self._bins(confidence).tolist()
                 keys = [[("model", j + 1, b) for j, b in enumerate(row)] for row in bins]
                 if stop(i + 1, keys):
                     break
             logits = self._forward(lane, d[:, None], None)
         tokens = torch.stack(drafts, dim=1)
-        return Proposal(tokens, torch.stack(probs, dim=1) if probs else None, [tokens.shape[1]] * len(states),
-                        None, self._bins(confidence))
+        probs = torch.stack(probs, dim=1) if probs else None
+        if not self.confidence:
+            return Proposal(tokens, probs, [len(drafts)] * len(states), self.offer(batch, len(drafts)))
+        return Proposal(tokens, probs, [len(drafts)] * len(states), None, self._bins(confidence))
 
     def _bins(self, confidence: list[torch.Tensor]) -> torch.Tensor:
         return torch.bucketize(torch.cat(confidence, dim=1).float(), self._edges)

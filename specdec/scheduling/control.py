@@ -403,6 +403,13 @@ class SpeculationController:
         width = 1 + max((len(k) for k in keys), default=0)
         self.width_hist[min(width, len(self.width_hist) - 1)] += 1
         self.plain_steps += width == 1
+        self.realised_tokens += sum(accepted) + len(accepted)
+        if not self.enabled:  # fixed K: only the stats (the acceptance table is one of them); no row factors
+            for row_keys, a in zip(keys, accepted):
+                for i in range(min(a + 1, len(row_keys))):
+                    self.acceptance.observe(row_keys[i], i < a)
+            self.acceptance.now += 1
+            return
         if seconds is not None:
             table = self.spec_overhead if width > 1 else self.plain_overhead
             table.observe(len(keys), max(MIN_SECONDS, seconds - self._forward_seconds), self.clock)
@@ -419,7 +426,6 @@ class SpeculationController:
                 self.acceptance.observe(row_keys[i], i < a)
             rec.accepted += min(a, n)
             rec.expected += p
-        self.realised_tokens += sum(accepted) + len(accepted)
         self.acceptance.now += 1
 
     def begin_run(self) -> None:

@@ -81,8 +81,13 @@ class DecodeLoop:
         self.timer, self.progress = timer, progress
         self.device = timer._device
         self.clock = ForwardClock(self.device)
-        if drafter is not None and hasattr(drafter, "timed") and controller is not None:
-            drafter.timed = lambda tokens: self.clock.measure(tokens, controller.observe_draft)
+        # Forward timings and draft confidences feed decisions only: fixed K (a disabled controller) skips both
+        self.adaptive = controller is not None and controller.enabled
+        if hasattr(drafter, "timed"):
+            drafter.timed = (lambda tokens: self.clock.measure(tokens, controller.observe_draft)) if self.adaptive \
+                else None
+        if hasattr(drafter, "confidence"):
+            drafter.confidence = self.adaptive
         self.out: list[list[int]] = [[] for _ in prompts]
         self.finished = [False] * len(prompts)
         self.waiting = list(range(len(prompts)))[::-1]  # pop() takes the next prompt in input order
@@ -140,7 +145,7 @@ class DecodeLoop:
             plan = self.ranks.agree_plan(plan, self.controller)
         if plan.plain:
             return plan, None
-        early = getattr(self.drafter, "early_stop", False) and self.controller.enabled
+        early = getattr(self.drafter, "early_stop", False) and self.adaptive
         position_keys = [("model", i) for i in range(1, self.k + 1)]
 
         def stop(drafted, keys_so_far):
@@ -170,8 +175,9 @@ class DecodeLoop:
             columns = batch.last[:, None]
         else:  # unused slots of a ragged proposal hold -1; any valid id will do there, nothing reads its logits
             columns = torch.cat([batch.last[:, None], proposal.tokens.clamp(min=0)], dim=1)
-        sink = self.controller.observe_target if self.controller is not None else (lambda n, s: None)
-        with self.clock.measure(columns.numel(), sink):
+        if not self.adaptive:
+            return batch.target.forward(columns)
+        with self.clock.measure(columns.numel(), self.controller.observe_target):
             return batch.target.forward(columns)
 
     def sample(self, batch: StepBatch, proposal: Proposal | None, logits: torch.Tensor):
@@ -300,7 +306,7 @@ class DecodeLoop:
             prompts = [self.prompts[i] for i in take]
             # A prefill is a forward over rows x width query tokens too: it tells the controller what a forward
             # of that size costs, the size a draft model's catch-up is (prefill tokens are not otherwise seen).
-            sink = self.controller.observe_target if self.controller is not None else (lambda n, s: None)
+            sink = self.controller.observe_target if self.adaptive else (lambda n, s: None)
             with self.timer.within("prefill"), self.clock.measure(len(take) * max(map(len, prompts)), sink):
                 first = self.source.admit(take, prompts, self.admission_tokens).tolist()
             self.live.update(take)
