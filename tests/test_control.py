@@ -154,3 +154,25 @@ def test_acceptance_shrinks_to_parents_and_fades():
     assert table.rate(("ngram", 2, 3)) > 0.8  # an unseen position borrows from its n-gram size
     table.now += 30
     assert table.rate(("ngram", 2, 1)) == pytest.approx(0.5, abs=0.01)  # faded back to the root prior
+
+
+def test_stale_costs_grow_cheaper_with_age_down_to_the_smaller_forward():
+    costs = ForwardCosts(fresh=32)
+    costs.observe(4, 1.0, step=0)
+    costs.observe(1, 0.5, step=40)
+    assert costs.optimistic(4, step=10, fresh=32) == pytest.approx(0.8)  # one discount while young
+    assert costs.optimistic(4, step=64, fresh=32) == pytest.approx(0.64)  # one per `fresh` steps of age
+    costs.observe(1, 0.5, step=200)
+    assert costs.optimistic(4, step=200, fresh=32) == 0.5  # never below the smaller forward's fresh cost
+    assert costs.optimistic(2, step=200, fresh=32) == 0.5  # never measured: that bound at once
+
+
+@pytest.mark.parametrize("batch", [1, 8], ids=lambda b: f"B{b}")
+def test_drafts_that_almost_never_land_are_not_worth_exploring(batch):
+    # 3% acceptance can add at most ~3% tokens to a step, below EXPLORE_GAIN, and plain steps age the evidence
+    # slowly: after the warm-up budget the controller hardly re-measures widths for them (it used to spend
+    # its whole budget, 20 steps in 600 at batch 1). test_follows_the_script_when_it_changes checks that a
+    # real change is still found.
+    ctrl = SpeculationController(K)
+    simulate(ctrl, 600, lambda n: 0.01 * (1 + 0.3 * (n / batch - 1)), lambda b, i: 0.03, batch=batch, seed=5)
+    assert ctrl.stats()["explore_steps"] <= ctrl.warmup_explore + 3, ctrl.stats()

@@ -115,7 +115,7 @@ def _add_real_demo_args(real: argparse.ArgumentParser) -> None:
     real.add_argument("--limit", type=int, default=None, help="at most N prompts in all")
     real.add_argument("--max-new-tokens", type=int, default=48)
     real.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8], metavar="B")
-    real.add_argument("--repeats", type=int, default=2, help="timed runs of every configuration, in rotating order")
+    real.add_argument("--repeats", type=int, default=2, help="timed runs of every configuration, in a shuffled order")
     real.add_argument("--num-draft-tokens", "-k", type=int, default=4, help="K, the most drafts per row per step")
     real.add_argument("--drafters", nargs="+", choices=tuple(DRAFTERS), default=list(DRAFTERS),
                       help="n-gram prompt lookup and/or the target's float16 copy")

@@ -1,8 +1,10 @@
 """Speed side by side: plain batched decoding against speculative decoding with each drafter, with the speculation
 controller (adaptive) and with a fixed K, per prompt category and batch size, and optionally what a transformers
 user would run instead. Every configuration of a (category, batch size) cell runs in the same process, `repeats`
-times, in a rotating order, so the noise of a shared machine falls on all of them alike; the ratios are what to
-read, not the absolute rates.
+times, in a shuffled order (seeded, a new one every repeat), so the noise of a shared machine falls on all of
+them alike; the ratios are what to read, not the absolute rates. Not a rotation: a run is slowed or sped up by
+the one before it (its heap and caches), and a rotation keeps every run's predecessor. Measured on the demo pair
+(math, batch 8, 12 repeats, rotated): three identical plain decoders came out 1.000x, 1.047x and 1.016x.
 
 Decoders live as long as their cell: the controller learns costs and acceptance on the first repeat and keeps them
 (as it would across a user's generate calls); the first repeat's exploration is part of the measured time.
@@ -10,6 +12,7 @@ Decoders live as long as their cell: the controller learns costs and acceptance 
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Callable
 
@@ -114,8 +117,9 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
             names = list(runs)
             wall, cpu = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0)
             outputs: dict[str, list] = {}
+            shuffle = random.Random(len(rows))
             for rep in range(repeats):
-                order = names[rep % len(names):] + names[:rep % len(names)]
+                order = shuffle.sample(names, len(names))
                 for name in order:
                     w, c = time.perf_counter(), time.process_time()
                     seqs = runs[name].run(ids, max_new, batch_size)

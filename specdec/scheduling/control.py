@@ -22,8 +22,8 @@ of w columns costs what one over B*w rows of 1 column does; measured: B=1,w=4 an
 SmolLM2-135M here. So plain steps at batch 8 also teach the cost of width 2 at batch 4.
 
 Exploration: a width whose cost was never measured (or not for `refresh_steps` steps) is tried when even an
-optimistic cost (no dearer than the largest measured smaller N) would beat the best known choice, within a budget
-of `warmup_explore` steps plus `explore_share` of all steps. Draft-model costs start from a prior (a ratio of the
+optimistic cost (no dearer than the largest measured smaller N) would beat the best known choice by EXPLORE_GAIN,
+within a budget of `warmup_explore` steps plus `explore_share` of all steps. Draft-model costs start from a prior (a ratio of the
 target's cost from parameter counts) and are not explored optimistically: a draft as dear as the target can never
 pay (k drafts + a verify cost more than k + 1 plain steps), so the controller goes plain at once and stays there.
 """
@@ -38,6 +38,11 @@ from typing import Hashable, Sequence
 MIN_SECONDS = 1e-7
 STALE_DISCOUNT = 0.8
 SWITCH_MARGIN = 0.1
+# An exploration step must be able to win this much over the best known choice: its information is worth its
+# price only when the gain it might reveal is material. Drafts that almost never land (p = 0.03) then leave a
+# plain decoder alone, while a stale width with promising drafts still gets re-measured.
+EXPLORE_GAIN = 0.1
+PLAIN_FADE = 0.3  # how far a plain step ages the acceptance table, in verified steps
 # A catch-up must pay for itself within this many steps: costs drift (context length, the machine), and a
 # draft model woken for a short spell pays its prefill for nothing.
 PAYBACK_STEPS = 8
@@ -102,31 +107,42 @@ class ForwardCosts:
         return self.seconds[hi]  # below every measured N: no cheaper than nothing, no dearer than the smallest
 
     def optimistic(self, tokens: int, step: int = 0, fresh: int | None = None) -> float | None:
-        """A low but plausible cost for N = tokens: no dearer than what the largest smaller N measured within
-        the last `fresh` steps costs (a forward over more tokens is rarely cheaper), nor than STALE_DISCOUNT of
-        its own estimate (a cost measured long ago, or cold at the start of a run, may have been too high)."""
+        """A low but plausible cost for N = tokens. Never measured: what the largest smaller N measured within
+        the last `fresh` steps costs (a forward over more tokens is rarely cheaper), or STALE_DISCOUNT of the
+        interpolated estimate if that is lower. Measured: its own cost discounted by STALE_DISCOUNT for every
+        `fresh` steps since (a cost measured long ago, or cold at the start of a run, may have been too high,
+        the more so the older it is), but no lower than that smaller N's. So a width once measured dear becomes
+        worth re-measuring only slowly, the dearer it was the later, and eventually any width is."""
         own = self.estimate(tokens)
+        age = self.age(tokens, step)
         if own is not None:
-            own *= STALE_DISCOUNT
+            own *= STALE_DISCOUNT ** (1.0 if age is None or not fresh else max(1.0, age / fresh))
         below = self._sorted[:bisect.bisect_left(self._sorted, tokens)]
         lower = next((n for n in reversed(below) if fresh is None or step - self.last_seen[n] <= fresh), None)
         if lower is None:
             return own
         bound = self.seconds[lower]
-        return bound if own is None else min(own, bound)
+        if own is None:
+            return bound
+        return max(own, bound) if age is not None else min(own, bound)
 
 
 class AcceptanceTable:
     """P(a draft is accepted | every draft before it in its row was), per feature key, as Beta posterior means
     shrunk hierarchically: a key (a, b, c) borrows `strength` pseudo-counts from (a, b), which borrows from (a,),
-    which borrows from the root prior. Evidence fades by `decay` per step, so the table follows a drafter whose
-    luck changes (a new topic, a batch of different prompts) within a few hundred steps."""
+    which borrows from the root prior. Evidence fades by `decay` per step that verified drafts, so the table
+    follows a drafter whose luck changes (a new topic, a batch of different prompts) within a few hundred steps,
+    and by decay ** PLAIN_FADE per plain step. Slower there because a plain step brings no evidence: at the full
+    rate, a drafter that rarely lands would fade back to the optimistic root prior within a hundred plain steps
+    and be tried again and again. tests/test_control.py's scripts, at batch 1: 20 exploration steps in 600 at 3%
+    acceptance with the full rate, 5 with 0.3; and a change to cheap verification and landing drafts after 300
+    such steps is found 116 steps later (308 with the full rate, whose budget was spent; never with 0.1)."""
 
     def __init__(self, root: float = 0.5, strength: float = 2.0, decay: float = 0.99):
         self.root = root
         self.strength = strength
         self.decay = decay
-        self.now = 0
+        self.now = 0.0  # the age clock: +1 per verified step, +PLAIN_FADE per plain step
         self.counts: dict[tuple, list[float]] = {}  # key -> [accepted, verified, step of the last update]
 
     def _faded(self, c: list[float]) -> list[float]:
@@ -324,6 +340,7 @@ class SpeculationController:
             probs.append(shared[memo][0])
             gains.append(shared[memo][1])  # gains[b][c]: expected tokens of row b with c drafts
         best = best_opt = plain_s = None
+        may_explore = self._budget_left()
         for width in range(1, top + 2):
             counts = [min(n, width - 1) for n in offer]
             tokens = sum(g[c] for g, c in zip(gains, counts))
@@ -345,14 +362,14 @@ class SpeculationController:
                 best = option
             if plain_s is None:
                 plain_s = est
-            if self._stale(self.target_costs, n):
+            if may_explore and self._stale(self.target_costs, n):
                 opt = (self.target_costs.optimistic(n, self.clock, self.refresh_steps) or MIN_SECONDS) + draft_s
                 # what exploring costs, in plain steps: the step, and all of a catch-up it needs (a draft model's
                 # prefill is paid now, whatever it is amortised over if speculation then pays)
                 cand = (tokens / opt, width, counts, tokens, est, 1.0 + extra / max(plain_s, MIN_SECONDS))
                 if best_opt is None or cand[0] > best_opt[0]:
                     best_opt = cand
-        explore = (best_opt is not None and best_opt[0] > best[0] and best_opt[1] != best[1]
+        explore = (best_opt is not None and best_opt[0] > best[0] * (1 + EXPLORE_GAIN) and best_opt[1] != best[1]
                    and self._budget_left(best_opt[5]))
         choice = best_opt if explore else best
         if explore:
@@ -408,7 +425,7 @@ class SpeculationController:
             for row_keys, a in zip(keys, accepted):
                 for i in range(min(a + 1, len(row_keys))):
                     self.acceptance.observe(row_keys[i], i < a)
-            self.acceptance.now += 1
+            self.acceptance.now += 1.0 if width > 1 else PLAIN_FADE
             return
         if seconds is not None:
             table = self.spec_overhead if width > 1 else self.plain_overhead
@@ -426,7 +443,7 @@ class SpeculationController:
                 self.acceptance.observe(row_keys[i], i < a)
             rec.accepted += min(a, n)
             rec.expected += p
-        self.acceptance.now += 1
+        self.acceptance.now += 1.0 if width > 1 else PLAIN_FADE
 
     def begin_run(self) -> None:
         """A new generate() call: its sequence ids are new, and its stats start at zero. What was learned about
