@@ -42,6 +42,7 @@ SWITCH_MARGIN = 0.1
 # price only when the gain it might reveal is material. Drafts that almost never land (p = 0.03) then leave a
 # plain decoder alone, while a stale width with promising drafts still gets re-measured.
 EXPLORE_GAIN = 0.1
+SPECULATE_MARGIN = 0.05
 PLAIN_FADE = 0.3  # how far a plain step ages the acceptance table, in verified steps
 # A catch-up must pay for itself within this many steps: costs drift (context length, the machine), and a
 # draft model woken for a short spell pays its prefill for nothing.
@@ -356,7 +357,10 @@ class SpeculationController:
             est = self._target_estimate(n) + draft_s
             # Waking a draft model that fell behind costs a catch-up forward whatever the estimates say: leave
             # plain decoding for it only on a clear predicted gain, so noise in the costs does not flap it on.
-            margin = 1 + SWITCH_MARGIN if drafts and catch_up else 1.0
+            # Any speculative width must beat plain by SPECULATE_MARGIN: the best of several noisy estimates is
+            # biased upwards (on the demo pair's layer-skip draft at batch 2, 5.0 tokens predicted per step,
+            # 4.4-4.6 realised), and near break-even a wrong "speculate" costs more than a wrong "plain".
+            margin = 1 + SWITCH_MARGIN if drafts and catch_up else (1 + SPECULATE_MARGIN if width > 1 else 1.0)
             option = (tokens / est / margin, width, counts, tokens, est)
             if best is None or option[0] > best[0]:
                 best = option
