@@ -430,15 +430,17 @@ class SpeculationController:
         if drafted >= self.k:
             return False
         batch = len(plan.rows)
-        known = [self.probs(r, k) for r, k in zip(plan.rows, keys)]
-        rest = [self.probs(r, position_keys[drafted:self.k]) for r in plan.rows]
+        rates: dict = {}
+        # per row, expected tokens with c drafts: its drafts so far, then the position priors for the rest
+        gains = [self._cumulative(self.probs(r, list(k[:drafted]) + list(position_keys[drafted:self.k]), rates))
+                 for r, k in zip(plan.rows, keys)]
         rate = plan.predicted_tokens / plan.predicted_seconds if plan.predicted_seconds > 0 else 0.0
-        now_tokens = sum(self.expected_tokens(p, drafted) for p in known)
+        now_tokens = sum(g[drafted] for g in gains)
         now_seconds = self._target_estimate(batch * (drafted + 1))
+        draft_s = ((self.draft_costs.estimate(batch) if self.draft_costs else 0.0) or 0.0)
         for more in range(1, self.k - drafted + 1):
-            tokens = sum(self.expected_tokens(p + q, drafted + more) for p, q in zip(known, rest))
-            seconds = (more * ((self.draft_costs.estimate(batch) if self.draft_costs else 0.0) or 0.0)
-                       + self._target_estimate(batch * (drafted + 1 + more)))
+            tokens = sum(g[drafted + more] for g in gains)
+            seconds = more * draft_s + self._target_estimate(batch * (drafted + 1 + more))
             if seconds > now_seconds and (tokens - now_tokens) / (seconds - now_seconds) > rate:
                 return True
             if seconds <= now_seconds and tokens > now_tokens:
