@@ -22,10 +22,11 @@ of w columns costs what one over B*w rows of 1 column does; measured: B=1,w=4 an
 SmolLM2-135M here. So plain steps at batch 8 also teach the cost of width 2 at batch 4.
 
 Exploration: a width whose cost was never measured (or not for `refresh_steps` steps) is tried when even an
-optimistic cost (no dearer than the largest measured smaller N) would beat the best known choice by EXPLORE_GAIN,
-within a budget of `warmup_explore` steps plus `explore_share` of all steps. Draft-model costs start from a prior (a ratio of the
-target's cost from parameter counts) and are not explored optimistically: a draft as dear as the target can never
-pay (k drafts + a verify cost more than k + 1 plain steps), so the controller goes plain at once and stays there.
+optimistic cost (no dearer than the largest measured smaller N) would beat the best known choice by
+EXPLORE_GAIN, within a budget of `warmup_explore` steps plus `explore_share` of all steps. Draft-model costs start
+from a prior (a ratio of the target's cost from parameter counts) and are not explored optimistically: a draft as
+dear as the target can never pay (k drafts + a verify cost more than k + 1 plain steps), so the controller goes
+plain at once and stays there.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ SWITCH_MARGIN = 0.1
 # price only when the gain it might reveal is material. Drafts that almost never land (p = 0.03) then leave a
 # plain decoder alone, while a stale width with promising drafts still gets re-measured.
 EXPLORE_GAIN = 0.1
-SPECULATE_MARGIN = 0.05
+SPECULATE_MARGIN = 0.05  # a speculative width must beat plain by this much (see plan)
 PLAIN_FADE = 0.3  # how far a plain step ages the acceptance table, in verified steps
 # A catch-up must pay for itself within this many steps: costs drift (context length, the machine), and a
 # draft model woken for a short spell pays its prefill for nothing.
@@ -273,14 +274,6 @@ class SpeculationController:
         est = self.target_costs.estimate(tokens)
         return est if est is not None else MIN_SECONDS
 
-    def _draft_seconds(self, rows: int, k: int, catch_up: int) -> float:
-        """k draft forwards: the first over [catch-up columns, prev, last], then k - 1 of one column."""
-        if k == 0 or self.draft_costs is None:
-            return 0.0
-        first = self.draft_costs.estimate(rows * (catch_up + 2)) or MIN_SECONDS
-        rest = self.draft_costs.estimate(rows) or MIN_SECONDS
-        return first + (k - 1) * rest
-
     # ------------------------------------------------------------------------------------------- acceptance
     def _row_factor(self, row: Hashable) -> float:
         r = self.rows.get(row)
@@ -302,21 +295,13 @@ class SpeculationController:
 
     @staticmethod
     def _cumulative(probs: Sequence[float]) -> list[float]:
+        """[E(0), E(1), ...]: E(k) = 1 + sum_{i<=k} prod_{j<=i} probs[j], the tokens a row emits with k drafts."""
         out, total, run = [1.0], 1.0, 1.0
         for p in probs:
             run *= p
             total += run
             out.append(total)
         return out
-
-    @staticmethod
-    def expected_tokens(probs: Sequence[float], k: int) -> float:
-        """1 + sum_{i<=k} prod_{j<=i} probs[j]: the tokens a row emits with its first k drafts verified."""
-        total, run = 1.0, 1.0
-        for p in probs[:k]:
-            run *= p
-            total += run
-        return total
 
     # ------------------------------------------------------------------------------------------- decisions
     def _budget_left(self, cost: float = 1.0) -> bool:
@@ -455,28 +440,23 @@ class SpeculationController:
         self.width_hist[min(width, len(self.width_hist) - 1)] += 1
         self.plain_steps += width == 1
         self.realised_tokens += sum(accepted) + len(accepted)
-        if not self.enabled:  # fixed K: only the stats (the acceptance table is one of them); no row factors
-            for row_keys, a in zip(keys, accepted):
-                for i in range(min(a + 1, len(row_keys))):
-                    self.acceptance.observe(row_keys[i], i < a)
-            self.acceptance.now += 1.0 if width > 1 else PLAIN_FADE
-            return
-        if seconds is not None:
-            table = self.spec_overhead if width > 1 else self.plain_overhead
-            table.observe(len(keys), max(MIN_SECONDS, seconds - self._forward_seconds), self.clock)
+        reached = [min(a + 1, len(k)) for k, a in zip(keys, accepted)]  # drafts whose verdict was seen
+        if self.enabled:  # fixed K keeps only the stats (the acceptance table is one): no costs, no row factors
+            if seconds is not None:
+                table = self.spec_overhead if width > 1 else self.plain_overhead
+                table.observe(len(keys), max(MIN_SECONDS, seconds - self._forward_seconds), self.clock)
+            # what the tables predicted for every row before this step's outcomes are learned
+            rates: dict = {}
+            for row, k, a, n in zip(plan.rows, keys, accepted, reached):
+                if n:
+                    expected = sum(self.probs(row, k[:n], rates))  # with the row factor before this step
+                    rec = self.rows.setdefault(row, RowRecord())
+                    rec.accepted += min(a, n)
+                    rec.expected += expected
         self._forward_seconds = 0.0
-        # what the tables predicted before this step's outcomes, for every row; then the outcomes
-        rates: dict = {}
-        reached = [min(a + 1, len(k)) for k, a in zip(keys, accepted)]
-        predicted = [sum(self.probs(row, k[:n], rates)) if n else 0.0 for row, k, n in zip(plan.rows, keys, reached)]
-        for row, row_keys, a, n, p in zip(plan.rows, keys, accepted, reached, predicted):
-            if not n:
-                continue
-            rec = self.rows.setdefault(row, RowRecord())
+        for row_keys, a, n in zip(keys, accepted, reached):
             for i in range(n):
                 self.acceptance.observe(row_keys[i], i < a)
-            rec.accepted += min(a, n)
-            rec.expected += p
         self.acceptance.now += 1.0 if width > 1 else PLAIN_FADE
 
     def begin_run(self) -> None:

@@ -25,6 +25,7 @@ distributions [B, w, V] each kept token was chosen from, before the tokens of th
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Protocol, Sequence
 
@@ -306,8 +307,9 @@ class DecodeLoop:
             prompts = [self.prompts[i] for i in take]
             # A prefill is a forward over rows x width query tokens too: it tells the controller what a forward
             # of that size costs, the size a draft model's catch-up is (prefill tokens are not otherwise seen).
-            sink = self.controller.observe_target if self.adaptive else (lambda n, s: None)
-            with self.timer.within("prefill"), self.clock.measure(len(take) * max(map(len, prompts)), sink):
+            timed = self.clock.measure(len(take) * max(map(len, prompts)), self.controller.observe_target) \
+                if self.adaptive else contextlib.nullcontext()
+            with self.timer.within("prefill"), timed:
                 first = self.source.admit(take, prompts, self.admission_tokens).tolist()
             self.live.update(take)
             for seq, prompt, t in zip(take, prompts, first):
