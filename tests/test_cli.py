@@ -16,6 +16,8 @@ from specdec.apps.cli import main
 from specdec.apps.prompts import load_prompts
 from specdec.apps.real_demo import run_real_demo
 from specdec.apps.report import merge_stats
+from specdec.apps.speed import measure, paired_speedup
+from specdec.drafting.ngram import NgramDrafter
 from specdec.models.hf import load_causal_lm
 
 
@@ -398,6 +400,22 @@ def test_real_demo_on_a_tiny_folder(tmp_path, tiny_folder, capsys):
     assert data["table"] in text and "= greedy" in data["table"] \
         and all(line.endswith("| 6/6 |") for line in data["table"].splitlines()[2:])
     assert "outputs of all runs equal plain greedy decoding" in text
+
+
+def test_speed_ups_are_medians_of_each_repeats_own_ratio(tiny_folder):
+    """A repeat that meets a slow spell of the machine moves a ratio of totals, not the median of per-repeat
+    ratios; every row keeps its per-repeat seconds, and both estimates."""
+    assert paired_speedup([1.0, 1.0, 9.0], [1.0, 2.0, 1.0]) == 1.0  # totals would say 11/4
+    assert paired_speedup([2.0, 4.0], [1.0, 1.0]) == 3.0 and paired_speedup([1.0], [0.0]) == 0.0
+    model, tokenizer = load_causal_lm(tiny_folder)
+    torch.manual_seed(0)
+    rows = measure(model, {"n-gram": NgramDrafter}, {"c": [[3, 4, 3, 4, 3], [5, 6]]}, [2], max_new=4, repeats=3,
+                   show=lambda line: None, clock="cpu")
+    plain = next(r for r in rows if r["run"] == "plain")["repeat_seconds"]
+    for row in rows:
+        assert len(row["repeat_seconds"]) == 3 and row["seconds"] == pytest.approx(sum(row["repeat_seconds"]))
+        assert row["speedup"] == paired_speedup(plain, row["repeat_seconds"]) == row["cpu_speedup"]
+        assert row["speedup_of_totals"] == pytest.approx(sum(plain) / row["seconds"])
 
 
 def test_real_demo_without_check_and_one_drafter(tmp_path, tiny_folder, capsys):

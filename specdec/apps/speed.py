@@ -6,6 +6,12 @@ them alike; the ratios are what to read, not the absolute rates. Not a rotation:
 the one before it (its heap and caches), and a rotation keeps every run's predecessor. Measured on the demo pair
 (math, batch 8, 12 repeats, rotated): three identical plain decoders came out 1.000x, 1.047x and 1.016x.
 
+A speed-up is the median over repeats of the ratio within each repeat (plain's seconds in that repeat over the
+run's), not the ratio of totals. The speed of this machine drifts by ±25% over seconds (the CPU time of one
+identical run of the demo pair: 324 to 551 ms in 8 repeats, `bench/plain_gap.py`), so totals follow whichever
+configurations happened to meet a slow spell; a repeat's runs are seconds apart and share it, and a median
+ignores the repeat that caught a change of pace. Rows keep both (speedup_of_totals).
+
 Decoders live as long as their cell: the controller learns costs and acceptance on the first repeat and keeps them
 (as it would across a user's generate calls); the first repeat's exploration is part of the measured time.
 """
@@ -13,6 +19,7 @@ Decoders live as long as their cell: the controller learns costs and acceptance 
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from typing import Callable
 
@@ -115,7 +122,7 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
             elif transformers:
                 runs["transformers batched generate"] = _Transformers(target, "batched", pad_id=pad)
             names = list(runs)
-            wall, cpu = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0)
+            wall, cpu = {n: [] for n in names}, {n: [] for n in names}
             outputs: dict[str, list] = {}
             shuffle = random.Random(len(rows))
             for rep in range(repeats):
@@ -123,8 +130,8 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
                 for name in order:
                     w, c = time.perf_counter(), time.process_time()
                     seqs = runs[name].run(ids, max_new, batch_size)
-                    wall[name] += time.perf_counter() - w
-                    cpu[name] += time.process_time() - c
+                    wall[name].append(time.perf_counter() - w)
+                    cpu[name].append(time.process_time() - c)
                     outputs[name] = [_trim(list(q), eos) for q in seqs]
             seconds = cpu if clock == "cpu" else wall
             if sequences is not None:
@@ -133,12 +140,15 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
             for name in names:
                 stats = getattr(runs[name], "stats", [])
                 last = stats[-1] if stats else {}
-                row = {"category": category, "batch_size": batch_size, "run": name, "seconds": seconds[name],
-                       "clock": clock, "wall_seconds": wall[name], "cpu_seconds": cpu[name],
-                       "wall_speedup": wall["plain"] / wall[name] if wall[name] else 0.0,
-                       "cpu_speedup": cpu["plain"] / cpu[name] if cpu[name] else 0.0,
-                       "tokens_per_s": tokens / seconds[name] if seconds[name] else 0.0,
-                       "speedup": seconds["plain"] / seconds[name] if seconds[name] else 0.0,
+                total = sum(seconds[name])
+                row = {"category": category, "batch_size": batch_size, "run": name, "seconds": total,
+                       "clock": clock, "wall_seconds": sum(wall[name]), "cpu_seconds": sum(cpu[name]),
+                       "repeat_seconds": list(seconds[name]),
+                       "wall_speedup": paired_speedup(wall["plain"], wall[name]),
+                       "cpu_speedup": paired_speedup(cpu["plain"], cpu[name]),
+                       "tokens_per_s": tokens / total if total else 0.0,
+                       "speedup": paired_speedup(seconds["plain"], seconds[name]),
+                       "speedup_of_totals": sum(seconds["plain"]) / total if total else 0.0,
                        "exact": outputs[name] == outputs["plain"],
                        "acceptance_rate": last.get("acceptance_rate"), "mean_width": last.get("mean_width"),
                        "plain_steps": last.get("plain_steps"), "steps": last.get("steps"),
@@ -151,6 +161,12 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
                 rows.append(row)
                 show(format_row(row))
     return rows
+
+
+def paired_speedup(base: list[float], run: list[float]) -> float:
+    """The median over repeats of base[r] / run[r] (0.0 where a run took no time)."""
+    ratios = [b / r if r > 0 else 0.0 for b, r in zip(base, run)]
+    return statistics.median(ratios) if ratios else 0.0
 
 
 def format_row(row: dict) -> str:
