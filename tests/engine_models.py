@@ -33,7 +33,7 @@ class ScriptedController(SpeculationController):
         self.rng = random.Random(seed)
         self.plain_share = plain_share
 
-    def plan(self, rows, keys, *, catch_up: int = 0, horizon: float = math.inf) -> Plan:
+    def plan(self, rows, keys, *, catch_up: int = 0, horizon: float = math.inf, remaining=None) -> Plan:
         offer = [min(len(k), self.k) for k in keys]
         width = 1 if self.rng.random() < self.plain_share else self.rng.randint(2, self.k + 1)
         width = min(width, max(offer, default=0) + 1)

@@ -102,6 +102,48 @@ def test_a_predicted_gain_under_the_margin_stays_plain():
         assert ctrl.plan([0], [[key]]).width == width, p
 
 
+def _drain_controller():
+    """Batch 4, a plain step costing alpha = 5 ms + beta = 0.1 ms per row (the demo pair's shape: fixed costs
+    dominate), every width measured; rows 0-2 offer drafts that always land, row 3 drafts that never do."""
+    ctrl = SpeculationController(K)
+    ctrl.clock = 10
+    for n in (1, 2, 3, 4, 8, 12, 16, 20):
+        ctrl.observe_target(n, 0.005 + 0.0001 * n)
+    keys = [[("good", i) for i in range(1, K + 1)]] * 3 + [[("bad", i) for i in range(1, K + 1)]]
+    for _ in range(200):
+        for i in range(1, K + 1):
+            ctrl.acceptance.observe(("good", i), True)
+            ctrl.acceptance.observe(("bad", i), False)
+    return ctrl, keys
+
+
+def test_a_draining_batch_values_the_tokens_that_end_it_sooner():
+    # While prompts wait, rows 0-2's landing drafts pay (16 tokens for 1.4x a plain step). Once nothing waits
+    # and row 3 is the longest, their tokens only drop rows that cost 0.1 ms a step: the run still ends with
+    # row 3, whose drafts never land, so plain decoding it is. With every row tied it is tokens per second again.
+    ctrl, keys = _drain_controller()
+    rows = [0, 1, 2, 3]
+    assert ctrl.plan(rows, keys).width == K + 1
+    assert ctrl.plan(rows, keys, remaining=[20, 20, 20, 20]).width == K + 1
+    assert ctrl.plan(rows, keys, remaining=[10, 10, 10, 20]).width == 1
+    # the longest row's own drafts landing pays again (its tokens are worth alpha + beta each)
+    assert ctrl.plan(rows, [keys[3]] * 3 + [keys[0]], remaining=[10, 10, 10, 20]).width == K + 1
+
+
+def test_token_worth_shares_the_fixed_cost_among_the_longest_rows():
+    ctrl, _ = _drain_controller()
+    full = 0.005 + 0.0004  # c(4): what a plain step at batch 4 costs; beta = 0.1 ms
+    assert ctrl.token_worth([7, 7, 7, 7]) == pytest.approx([1.0] * 4)
+    worth = ctrl.token_worth([3, 9, 9, 1])
+    assert sum(worth) == pytest.approx(4.0)
+    assert worth[0] == worth[3] == pytest.approx(0.0001 / (full / 4))
+    assert worth[1] == worth[2] == pytest.approx((0.0001 + (full - 4 * 0.0001) / 2) / (full / 4))
+    assert ctrl.token_worth([5]) == [1.0]
+    fresh = SpeculationController(K)
+    fresh.observe_target(4, 0.01)  # no other size measured: no slope, every token alike
+    assert fresh.token_worth([1, 2, 3, 4]) == [1.0] * 4
+
+
 def test_width_follows_the_proposal_strength_per_row():
     # unigram matches rarely land, 4-gram matches nearly always; one row of each at batch 2, cost ~ N
     ctrl = SpeculationController(K)

@@ -41,3 +41,29 @@ def test_fixed_k_skips_what_only_decisions_use():
     adaptive = SpeculativeDecoder(model, draft, num_draft_tokens=3)
     r = adaptive.generate([[3, 4, 5, 6], [7, 8, 9]], max_new_tokens=9)
     assert adaptive.controller.target_costs.seconds
+
+
+def test_the_controller_hears_what_rows_have_left_once_nothing_waits():
+    """While prompts wait for room every token counts alike (remaining=None); once the batch drains, plan gets
+    each row's tokens left, which fall as the rows decode."""
+    from specdec import SpeculativeDecoder
+    from specdec.scheduling.control import SpeculationController
+
+    seen = []
+
+    class Spy(SpeculationController):
+        def plan(self, rows, keys, *, remaining=None, **kwargs):
+            seen.append((list(rows), None if remaining is None else list(remaining)))
+            return super().plan(rows, keys, remaining=remaining, **kwargs)
+
+    torch.manual_seed(35)
+    model = tiny_model("llama", vocab_size=64, seed=35)
+    dec = SpeculativeDecoder(model, agreeing_draft(model, seed=36), num_draft_tokens=2, controller=Spy(2))
+    out = dec.generate([[3, 4, 5], [6, 7], [8, 9, 10, 11]], max_new_tokens=5, batch_size=2, eos_token_id=[])
+    assert [len(s) for s in out.sequences] == [5, 5, 5]
+    assert seen[0] == ([0, 1], None)  # prompt 2 waits
+    drained = [(rows, left) for rows, left in seen if left is not None]
+    assert drained and all(2 in rows for rows, _ in drained)  # prompt 2 is in: nothing waits any more
+    assert all(0 < n <= 5 for _, left in drained for n in left)
+    assert [left[rows.index(2)] for rows, left in drained] == sorted([left[rows.index(2)] for rows, left in drained],
+                                                                       reverse=True)

@@ -16,7 +16,15 @@ The model, in a few lines:
                 (feature, position) -> feature -> drafter -> 0.5 so that sparse keys borrow from their parents
     E_b(k)    = 1 + sum_{i<=k} prod_{j<=i} p[b, j]      expected tokens row b emits with k drafts
     cost(w)   = target(B * w) + draft forwards           seconds, learned per query-token count N = rows * columns
-    choose w  = argmax sum_b E_b(min(n_b, w - 1)) / cost(w);  w = 1 is a plain decoding step.
+    choose w  = argmax sum_b v_b E_b(min(n_b, w - 1)) / cost(w);  w = 1 is a plain decoding step.
+with v_b what one token of row b is worth, in seconds of plain decoding: c(B) / B for every row while other
+prompts wait for room (a row that finishes sooner makes room for one: every token counts alike), where c(n) is a
+plain step's cost with n rows. Once nothing waits (the batch drains), the run ends when its longest row does: a
+plain step costs about alpha + beta * B, so a token of a row that is ahead of the longest only saves beta (the
+cost of carrying that row one step), and a token of a longest row also advances the end of the run, worth
+alpha shared among the rows tied for longest. With every row tied this is c(B) / B per row again; it differs
+once rows are ragged, where "tokens per second" would count tokens that finish nothing sooner. (On the demo
+pair at batch 8, alpha is 5 ms and beta 0.3 ms: tokens of rows ahead are worth a third of an average token.)
 Costs are indexed by N because on both this CPU (BLAS blocking at small M) and a GPU (tiles) a forward over B rows
 of w columns costs what one over B*w rows of 1 column does; measured: B=1,w=4 and B=4,w=1 both 93 ms for
 SmolLM2-135M here. So plain steps at batch 8 also teach the cost of width 2 at batch 4.
@@ -203,6 +211,8 @@ class Plan:
     predicted_seconds: float
     explore: bool = False
     probs: list[list[float]] = field(default_factory=list)  # per row, p[b, i] for its drafted positions
+    worth: list[float] | None = None  # per row, v_b: the seconds of plain decoding one of its tokens saves
+    predicted_value: float = 0.0  # sum_b v_b E_b for the chosen counts
 
     @property
     def plain(self) -> bool:
@@ -312,8 +322,29 @@ class SpeculationController:
         age = costs.age(tokens, self.clock)
         return age is None or age > self.refresh_steps
 
+    def token_worth(self, remaining: Sequence[int]) -> list[float]:
+        """v_b per row in units of an average token, c(B) / B (see the module docstring), once nothing waits for
+        room; remaining: per row, the most tokens it has left. beta is the slope of the target's measured cost
+        at N = B (towards the nearest measured smaller N, else the nearest larger one; unknown: every token
+        alike)."""
+        batch = len(remaining)
+        if batch < 2:
+            return [1.0] * batch
+        full = self._target_estimate(batch) + self._overhead(batch, False)
+        known = self.target_costs._sorted
+        i = bisect.bisect_left(known, batch)
+        near = known[i - 1] if i > 0 else next((n for n in known[i:] if n > batch), None)
+        if near is None:
+            return [1.0] * batch
+        beta = (self._target_estimate(batch) - self._target_estimate(near)) / (batch - near)
+        beta = min(full / batch, max(0.0, beta))
+        longest = max(remaining)
+        tied = sum(r == longest for r in remaining)
+        alpha = (full - batch * beta) / tied
+        return [(beta + alpha if r == longest else beta) / (full / batch) for r in remaining]
+
     def plan(self, rows: Sequence[Hashable], keys: Sequence[Sequence[tuple]], *, catch_up: int = 0,
-             horizon: float = math.inf) -> Plan:
+             horizon: float = math.inf, remaining: Sequence[int] | None = None) -> Plan:
         """The step's width and per-row draft counts.
 
         rows: a stable id per batch row (the sequence it decodes), for its row factor.
@@ -321,6 +352,8 @@ class SpeculationController:
             proposed token; a draft model, before drafting: K position keys). len(keys[b]) caps row b's count.
         catch_up: a draft model's columns to feed before it can draft (it skipped steps, or has not prefilled);
             its cost is spread over `horizon` steps (the steps the batch has left), since it is paid once.
+        remaining: per row, the most tokens it has left, when nothing waits for room (the batch drains); None
+            while prompts wait. Tokens are then valued by what they shorten the run (token_worth).
         """
         batch = len(rows)
         offer = [min(len(k), self.k) for k in keys]
@@ -341,12 +374,19 @@ class SpeculationController:
                 shared[memo] = (p, self._cumulative(p))
             probs.append(shared[memo][0])
             gains.append(shared[memo][1])  # gains[b][c]: expected tokens of row b with c drafts
-        # expected tokens per draft count c: sum_b gains[b][min(offer[b], c)], in one pass over the rows; and the
+        # expected tokens per draft count c: sum_b gains[b][min(offer[b], c)], in one pass over the rows, and
+        # what they are worth (in units of an average token: the same as tokens while prompts wait); and the
         # step's cost parts, looked up once (plan runs every step: on a 5 ms step every 10 us is 0.2%)
+        worth = self.token_worth(remaining) if remaining is not None else None
         totals = [0.0] * (top + 1)
-        for g, o in zip(gains, offer):
+        values = totals if worth is None else [0.0] * (top + 1)
+        for b, (g, o) in enumerate(zip(gains, offer)):
+            v = 1.0 if worth is None else worth[b]
             for c in range(top + 1):
-                totals[c] += g[c if c < o else o]
+                t = g[c if c < o else o]
+                totals[c] += t
+                if worth is not None:
+                    values[c] += v * t
         model = self.draft_costs is not None
         if model:
             first = self.draft_costs.estimate(batch * (catch_up + 2)) or MIN_SECONDS
@@ -356,7 +396,7 @@ class SpeculationController:
         best = best_opt = plain_s = None
         may_explore = self._budget_left()
         for width in range(1, top + 2):
-            tokens = totals[width - 1]
+            tokens, value = totals[width - 1], values[width - 1]
             drafts = width - 1 if model else 0
             draft_s = first + (drafts - 1) * rest if drafts else 0.0
             extra = 0.0
@@ -373,7 +413,7 @@ class SpeculationController:
             # biased upwards (on the demo pair's layer-skip draft at batch 2, 5.0 tokens predicted per step,
             # 4.4-4.6 realised), and near break-even a wrong "speculate" costs more than a wrong "plain".
             margin = 1 + SWITCH_MARGIN if drafts and catch_up else (1 + SPECULATE_MARGIN if width > 1 else 1.0)
-            option = (tokens / est / margin, width, tokens, est)
+            option = (value / est / margin, width, tokens, est, value)
             if best is None or option[0] > best[0]:
                 best = option
             if plain_s is None:
@@ -382,17 +422,17 @@ class SpeculationController:
                 opt = (self.target_costs.optimistic(n, self.clock, self.refresh_steps) or MIN_SECONDS) + draft_s
                 # what exploring costs, in plain steps: the step, and all of a catch-up it needs (a draft model's
                 # prefill is paid now, whatever it is amortised over if speculation then pays)
-                cand = (tokens / opt, width, tokens, est, 1.0 + extra / max(plain_s, MIN_SECONDS))
+                cand = (value / opt, width, tokens, est, value, 1.0 + extra / max(plain_s, MIN_SECONDS))
                 if best_opt is None or cand[0] > best_opt[0]:
                     best_opt = cand
         explore = (best_opt is not None and best_opt[0] > best[0] * (1 + EXPLORE_GAIN) and best_opt[1] != best[1]
-                   and self._budget_left(best_opt[4]))
+                   and self._budget_left(best_opt[5]))
         choice = best_opt if explore else best
         if explore:
-            self.explore_spent += best_opt[4]
+            self.explore_spent += best_opt[5]
         counts = [min(n, choice[1] - 1) for n in offer]
         plan = Plan(choice[1], counts, choice[2], choice[3], explore=explore,
-                    probs=[p[:c] for p, c in zip(probs, counts)])
+                    probs=[p[:c] for p, c in zip(probs, counts)], worth=worth, predicted_value=choice[4])
         return self._finish(plan, rows, keys)
 
     def _finish(self, plan: Plan, rows, keys) -> Plan:
@@ -419,12 +459,14 @@ class SpeculationController:
         # per row, expected tokens with c drafts: its drafts so far, then the position priors for the rest
         gains = [self._cumulative(self.probs(r, list(k[:drafted]) + list(position_keys[drafted:self.k]), rates))
                  for r, k in zip(plan.rows, keys)]
-        rate = plan.predicted_tokens / plan.predicted_seconds if plan.predicted_seconds > 0 else 0.0
-        now_tokens = sum(g[drafted] for g in gains)
+        value = plan.predicted_value if plan.worth is not None else plan.predicted_tokens
+        rate = value / plan.predicted_seconds if plan.predicted_seconds > 0 else 0.0
+        worth = plan.worth or [1.0] * batch
+        now_tokens = sum(v * g[drafted] for v, g in zip(worth, gains))
         now_seconds = self._target_estimate(batch * (drafted + 1))
         draft_s = ((self.draft_costs.estimate(batch) if self.draft_costs else 0.0) or 0.0)
         for more in range(1, self.k - drafted + 1):
-            tokens = sum(g[drafted + more] for g in gains)
+            tokens = sum(v * g[drafted + more] for v, g in zip(worth, gains))
             seconds = more * draft_s + self._target_estimate(batch * (drafted + 1 + more))
             if seconds > now_seconds and (tokens - now_tokens) / (seconds - now_seconds) > rate:
                 return True

@@ -140,7 +140,8 @@ class DecodeLoop:
             return None, None
         t = time.perf_counter()
         keys = self.drafter.offer(batch, self.k)
-        plan = self.controller.plan(batch.seqs, keys, catch_up=self.drafter.lag(batch), horizon=self._horizon(batch))
+        plan = self.controller.plan(batch.seqs, keys, catch_up=self.drafter.lag(batch), horizon=self._horizon(batch),
+                                    remaining=self._remaining(batch))
         self.control_seconds += time.perf_counter() - t
         if self.ranks is not None:  # the controller follows this rank's timings: use rank 0's plan
             plan = self.ranks.agree_plan(plan, self.controller)
@@ -170,6 +171,13 @@ class DecodeLoop:
         remaining = sum(self.max_new - len(self.out[s]) for s in batch.seqs) / max(1, batch.size)
         per_step = (self.accepted + self.row_steps) / self.row_steps if self.row_steps else 1.0
         return max(1.0, remaining / per_step)
+
+    def _remaining(self, batch: StepBatch) -> list[int] | None:
+        """Once the batch drains (no prompt waits, every live sequence is in it), the most tokens each row has
+        left: the run ends with its longest row, which the controller values (SpeculationController.plan)."""
+        if self.waiting or batch.size != len(self.live) or not self.adaptive:
+            return None
+        return [self.max_new - len(self.out[s]) for s in batch.seqs]
 
     def verify(self, batch: StepBatch, proposal: Proposal | None) -> torch.Tensor:
         if proposal is None:
