@@ -235,3 +235,38 @@ def test_drafts_that_almost_never_land_are_not_worth_exploring(batch):
     ctrl = SpeculationController(K)
     simulate(ctrl, 600, lambda n: 0.01 * (1 + 0.3 * (n / batch - 1)), lambda b, i: 0.03, batch=batch, seed=5)
     assert ctrl.stats()["explore_steps"] <= ctrl.warmup_explore + 3, ctrl.stats()
+
+
+def test_a_plain_cost_measured_in_a_slow_spell_is_measured_again():
+    # Batch 2. A plain step was measured in a slow spell (16 ms; it really costs 10). Width 2 (13 ms for 2.6
+    # tokens: drafts landing 30% of the time) beats that stale cost, not the real one. A forward over 1 token is
+    # measured fresh every step (9.8 ms: as a batch's last row or a draft would), so the stale plain cost never
+    # looks optimistically cheap enough to explore (2 tokens / 9.8 ms is not 10% above width 2). Nothing but a
+    # plain step measures a plain step: without re-measuring it when it is old, width 2 would run for good.
+    ctrl = SpeculationController(K)
+    ctrl.clock = 10
+    ctrl.target_costs.observe(2, 0.016, ctrl.clock)
+    for n in (4, 6, 8, 10):  # every width: 13 ms per 4 query tokens
+        ctrl.target_costs.observe(n, 0.013 * n / 4, ctrl.clock)
+    for i in range(1, K + 1):
+        for j in range(200):
+            ctrl.acceptance.observe(("ngram", 2, i), j % 10 < 3)
+    cost = {1: 0.0098, 2: 0.010}
+    rng = random.Random(0)
+    widths = []
+    for step in range(400):
+        ctrl.observe_target(1, cost[1])
+        keys = ngram_keys(2)
+        plan = ctrl.plan([0, 1], keys)
+        ctrl.observe_target(2 * plan.width, cost.get(2 * plan.width, 0.013 * plan.width / 2))
+        accepted = []
+        for b in range(2):
+            a = 0
+            while a < plan.num_draft[b] and rng.random() < 0.3:
+                a += 1
+            accepted.append(a)
+        ctrl.record(plan, [keys[b][:plan.num_draft[b]] for b in range(2)], accepted)
+        widths.append(plan.width)
+    assert widths[0] == 2  # speculating against the stale plain cost
+    # plain is measured again once its cost is refresh_steps old, and wins (the stale optimism alone took 233)
+    assert widths.index(1) <= ctrl.refresh_steps + 2 and widths[-100:].count(1) >= 90, widths

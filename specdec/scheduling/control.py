@@ -31,7 +31,8 @@ SmolLM2-135M here. So plain steps at batch 8 also teach the cost of width 2 at b
 
 Exploration: a width whose cost was never measured (or not for `refresh_steps` steps) is tried when even an
 optimistic cost (no dearer than the largest measured smaller N) would beat the best known choice by
-EXPLORE_GAIN, within a budget of `warmup_explore` steps plus `explore_share` of all steps. Draft-model costs start
+EXPLORE_GAIN, within a budget of `warmup_explore` steps plus `explore_share` of all steps. While speculating,
+a plain step is taken once its cost is `refresh_steps` old, within the same budget. Draft-model costs start
 from a prior (a ratio of the target's cost from parameter counts) and are not explored optimistically: a draft as
 dear as the target can never pay (k drafts + a verify cost more than k + 1 plain steps), so the controller goes
 plain at once and stays there.
@@ -417,7 +418,7 @@ class SpeculationController:
             if best is None or option[0] > best[0]:
                 best = option
             if plain_s is None:
-                plain_s = est
+                plain_s, plain_option = est, option + (1.0,)
             if may_explore and self._stale(self.target_costs, n):
                 opt = (self.target_costs.optimistic(n, self.clock, self.refresh_steps) or MIN_SECONDS) + draft_s
                 # what exploring costs, in plain steps: the step, and all of a catch-up it needs (a draft model's
@@ -428,8 +429,13 @@ class SpeculationController:
         explore = (best_opt is not None and best_opt[0] > best[0] * (1 + EXPLORE_GAIN) and best_opt[1] != best[1]
                    and self._budget_left(best_opt[5]))
         choice = best_opt if explore else best
+        if not explore and best[1] > 1 and self._stale(self.target_costs, batch) and self._budget_left(1.0):
+            # What speculation must beat is re-measured too: a plain cost measured in a slow spell of the machine
+            # (its speed drifts by a quarter over seconds) would otherwise keep a losing width on for good, since
+            # nothing else measures a plain step. It costs at most the gain of one step.
+            explore, choice = True, plain_option
         if explore:
-            self.explore_spent += best_opt[5]
+            self.explore_spent += choice[5]
         counts = [min(n, choice[1] - 1) for n in offer]
         plan = Plan(choice[1], counts, choice[2], choice[3], explore=explore,
                     probs=[p[:c] for p, c in zip(probs, counts)], worth=worth, predicted_value=choice[4])
