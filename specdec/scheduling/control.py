@@ -17,7 +17,8 @@ The model, in a few lines:
     E_b(k)    = 1 + sum_{i<=k} prod_{j<=i} p[b, j]      expected tokens row b emits with k drafts
     cost(w)   = target(B * w) + draft forwards           seconds, learned per query-token count N = rows * columns
     choose w  = argmax sum_b v_b E_b(min(n_b, w - 1)) / cost(w);  w = 1 is a plain decoding step.
-with v_b what one token of row b is worth, in seconds of plain decoding: c(B) / B for every row while other
+with v_b what one token of row b is worth in seconds of plain decoding (the code counts it in units of c(B) / B,
+an average token, so v_b = 1 means tokens per second): c(B) / B for every row while other
 prompts wait for room (a row that finishes sooner makes room for one: every token counts alike), where c(n) is a
 plain step's cost with n rows. Once nothing waits (the batch drains), the run ends when its longest row does: a
 plain step costs about alpha + beta * B, so a token of a row that is ahead of the longest only saves beta (the
@@ -212,8 +213,9 @@ class Plan:
     predicted_seconds: float
     explore: bool = False
     probs: list[list[float]] = field(default_factory=list)  # per row, p[b, i] for its drafted positions
-    worth: list[float] | None = None  # per row, v_b: the seconds of plain decoding one of its tokens saves
-    predicted_value: float = 0.0  # sum_b v_b E_b for the chosen counts
+    # per row, v_b in units of an average token (c(B) / B seconds of plain decoding); None: every token alike
+    worth: list[float] | None = None
+    predicted_value: float = 0.0  # sum_b v_b E_b for the chosen counts (= predicted_tokens when worth is None)
 
     @property
     def plain(self) -> bool:
