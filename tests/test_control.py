@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from specdec.scheduling.control import AcceptanceTable, ForwardCosts, SpeculationController
+from specdec.scheduling.control import REST_STEPS, AcceptanceTable, ForwardCosts, SpeculationController
 
 K = 4
 
@@ -270,3 +270,71 @@ def test_a_plain_cost_measured_in_a_slow_spell_is_measured_again():
     assert widths[0] == 2  # speculating against the stale plain cost
     # plain is measured again once its cost is refresh_steps old, and wins (the stale optimism alone took 233)
     assert widths.index(1) <= ctrl.refresh_steps + 2 and widths[-100:].count(1) >= 90, widths
+
+
+def _plain_by_a_wide_margin(batch=4):
+    """A controller whose books say speculation with unigram drafts loses by far: they land 5% of the time and a
+    second column costs 40% more; 4-gram drafts land 97% of the time, and one row of them would pay at batch 4."""
+    ctrl = SpeculationController(K)
+    for i in range(1, K + 1):
+        for j in range(200):
+            ctrl.acceptance.observe(("ngram", 1, i), j % 20 == 0)
+            ctrl.acceptance.observe(("ngram", 4, i), j % 40 != 0)
+    for n in range(1, batch * (K + 1) + 1):  # every width measured: nothing to explore
+        ctrl.observe_target(n, 0.01 if n <= batch else 0.014 + 0.00025 * (n - 2 * batch))
+    ctrl.clock = 10
+    return ctrl
+
+
+def _count_pricing(ctrl):
+    calls = []
+    priced = ctrl.probs
+    ctrl.probs = lambda *a, **k: calls.append(1) or priced(*a, **k)
+    return calls
+
+
+@pytest.mark.parametrize("batch", [1, 4, 8], ids=lambda b: f"B{b}")
+def test_a_plain_step_won_by_a_wide_margin_stands_a_few_steps_without_pricing(batch):
+    ctrl = _plain_by_a_wide_margin(batch)
+    calls = _count_pricing(ctrl)
+    weak = ngram_keys(batch, n=1)
+    widths, priced = [], []
+    for _ in range(3 * REST_STEPS):
+        before = len(calls)
+        widths.append(ctrl.plan(list(range(batch)), weak).width)
+        priced.append(len(calls) > before)
+        ctrl.observe_target(batch, 0.01)
+    assert set(widths) == {1}
+    # one full plan every REST_STEPS steps, the rest stand
+    assert priced == ([True] + [False] * (REST_STEPS - 1)) * 3, priced
+
+
+@pytest.mark.parametrize("change", ["stronger offer", "longer offer", "other rows"])
+def test_a_rest_ends_at_once_when_the_offer_or_the_rows_change(change):
+    batch = 4
+    ctrl = _plain_by_a_wide_margin(batch)
+    short = [[("ngram", 1, 1)] for _ in range(batch)]
+    assert ctrl.plan(list(range(batch)), short).width == 1
+    assert ctrl._rest is not None
+    calls = _count_pricing(ctrl)
+    rows, keys = list(range(batch)), short
+    if change == "stronger offer":  # one row finds a 4-gram match, which lands: speculate now, not in 3 steps
+        keys = short[:-1] + [ngram_keys(1, n=4)[0]]
+    elif change == "longer offer":
+        keys = short[:-1] + [ngram_keys(1, n=1)[0]]
+    else:
+        rows = [0, 1, 2, 9]
+    plan = ctrl.plan(rows, keys)
+    assert calls, "the step was not priced"
+    if change == "stronger offer":
+        assert plan.width > 1 and plan.num_draft[-1] > 0
+
+
+def test_a_rest_covers_rows_offering_less_than_was_priced():
+    batch = 4
+    ctrl = _plain_by_a_wide_margin(batch)
+    weak = ngram_keys(batch, n=1)
+    ctrl.plan(list(range(batch)), weak)
+    calls = _count_pricing(ctrl)
+    less = [[], weak[1][:2], weak[2], []]
+    assert ctrl.plan(list(range(batch)), less).width == 1 and not calls

@@ -33,10 +33,11 @@ SmolLM2-135M here. So plain steps at batch 8 also teach the cost of width 2 at b
 Exploration: a width whose cost was never measured (or not for `refresh_steps` steps) is tried when even an
 optimistic cost (no dearer than the largest measured smaller N) would beat the best known choice by
 EXPLORE_GAIN, within a budget of `warmup_explore` steps plus `explore_share` of all steps. While speculating,
-a plain step is taken once its cost is `refresh_steps` old, within the same budget. Draft-model costs start
-from a prior (a ratio of the target's cost from parameter counts) and are not explored optimistically: a draft as
-dear as the target can never pay (k drafts + a verify cost more than k + 1 plain steps), so the controller goes
-plain at once and stays there.
+a plain step is taken once its cost is `refresh_steps` old, within the same budget. A plain step chosen by a
+wide margin stands for a few steps of the same rows and offers without being priced again (REST_GAP).
+Draft-model costs start from a prior (a ratio of the target's cost from parameter counts) and are not explored
+optimistically: a draft as dear as the target can never pay (k drafts + a verify cost more than k + 1 plain
+steps), so the controller goes plain at once and stays there.
 """
 
 from __future__ import annotations
@@ -59,6 +60,13 @@ PLAIN_FADE = 0.3  # how far a plain step ages the acceptance table, in verified 
 # draft model woken for a short spell pays its prefill for nothing.
 PAYBACK_STEPS = 8
 PLAIN_FIRST = 3  # a new controller's first steps are plain: they measure what speculation must beat
+# A plain step chosen by a wide margin (plain's rate at least REST_GAP above the best speculative width's, and
+# above what any exploration could hope for) stands for the next REST_STEPS - 1 steps of the same rows, unless
+# a row offers drafts the plan did not price. Planning costs about 100 us in situ (cold caches after a
+# forward): 1% of a step on the demo pair. Within a few steps of a wide margin nothing it learns (the plain cost,
+# a slow fade of the acceptance table) can close the gap, so the saving costs at most a few steps' delay.
+REST_GAP = 0.2
+REST_STEPS = 4
 
 
 class ForwardCosts:
@@ -265,6 +273,7 @@ class SpeculationController:
         self.predicted_tokens = 0.0
         self.realised_tokens = 0
         self.predicted_seconds = 0.0
+        self._rest: tuple | None = None  # (until clock, rows, keys priced): a plain step that stands (REST_GAP)
 
     # ------------------------------------------------------------------------------------------- costs
     def observe_target(self, tokens: int, seconds: float) -> None:
@@ -359,6 +368,8 @@ class SpeculationController:
             while prompts wait. Tokens are then valued by what they shorten the run (token_worth).
         """
         batch = len(rows)
+        if self._rest is not None and self._resting(rows, keys):
+            return self._finish(Plan(1, [0] * batch, float(batch), self._target_estimate(batch)), rows, keys)
         offer = [min(len(k), self.k) for k in keys]
         if not self.enabled:
             width = max(offer, default=0) + 1
@@ -367,26 +378,32 @@ class SpeculationController:
         top = max(offer, default=0) if self.clock >= PLAIN_FIRST and self.target_costs.seconds else 0
         if top == 0:
             return self._finish(Plan(1, [0] * batch, float(batch), self._target_estimate(batch)), rows, keys)
-        rates: dict = {}  # rows share most keys: look each up once
-        shared: dict = {}  # and rows with the same keys and row factor share their probabilities
-        probs, gains = [], []
-        for r, k in zip(rows, keys):
-            memo = (self._row_factor(r), tuple(k[:self.k]))
-            if memo not in shared:
-                p = self.probs(r, memo[1], rates)
-                shared[memo] = (p, self._cumulative(p))
-            probs.append(shared[memo][0])
-            gains.append(shared[memo][1])  # gains[b][c]: expected tokens of row b with c drafts
-        # expected tokens per draft count c: sum_b gains[b][min(offer[b], c)], in one pass over the rows, and
-        # what they are worth (in units of an average token: the same as tokens while prompts wait); and the
-        # step's cost parts, looked up once (plan runs every step: on a 5 ms step every 10 us is 0.2%)
+        # Plan runs every step, just after a forward has evicted the interpreter's working set from the caches:
+        # in situ it costs 3-4x what it does in a tight loop (on the demo pair at batch 8, 100 us against 28),
+        # so it does as little per row as it can. Rows with the same keys and row factor share their
+        # probabilities (a draft model offers every row the same key list: one lookup for the batch), and
+        # rows that also offer as many drafts and are worth the same are summed as one group with a count.
+        rates: dict = {}
+        shared: dict = {}
+        probs, groups = [], {}
         worth = self.token_worth(remaining) if remaining is not None else None
+        for b, (r, k) in enumerate(zip(rows, keys)):
+            memo = (self._row_factor(r), id(k))
+            entry = shared.get(memo)
+            if entry is None:
+                p = self.probs(r, k[:self.k], rates)
+                entry = shared[memo] = (p, self._cumulative(p))  # gains[c]: the row's expected tokens, c drafts
+            probs.append(entry[0])
+            group = (memo, offer[b], 1.0 if worth is None else worth[b])
+            groups[group] = groups.get(group, 0) + 1
+        # expected tokens per draft count c: sum_b gains[b][min(offer[b], c)], and what they are worth (in
+        # units of an average token: the same as tokens while prompts wait)
         totals = [0.0] * (top + 1)
         values = totals if worth is None else [0.0] * (top + 1)
-        for b, (g, o) in enumerate(zip(gains, offer)):
-            v = 1.0 if worth is None else worth[b]
+        for (memo, o, v), count in groups.items():
+            g = shared[memo][1]
             for c in range(top + 1):
-                t = g[c if c < o else o]
+                t = count * g[c if c < o else o]
                 totals[c] += t
                 if worth is not None:
                     values[c] += v * t
@@ -396,7 +413,7 @@ class SpeculationController:
             first_caught_up = self.draft_costs.estimate(batch * 2) or MIN_SECONDS
             rest = self.draft_costs.estimate(batch) or MIN_SECONDS
         overhead = (self._overhead(batch, False), self._overhead(batch, True))
-        best = best_opt = plain_s = None
+        best = best_opt = best_spec = plain_s = None
         may_explore = self._budget_left()
         for width in range(1, top + 2):
             tokens, value = totals[width - 1], values[width - 1]
@@ -419,6 +436,8 @@ class SpeculationController:
             option = (value / est / margin, width, tokens, est, value)
             if best is None or option[0] > best[0]:
                 best = option
+            if width > 1 and (best_spec is None or option[0] > best_spec[0]):
+                best_spec = option
             if plain_s is None:
                 plain_s, plain_option = est, option + (1.0,)
             if may_explore and self._stale(self.target_costs, n):
@@ -438,10 +457,32 @@ class SpeculationController:
             explore, choice = True, plain_option
         if explore:
             self.explore_spent += choice[5]
+        elif choice[1] == 1:
+            # the rivals: the best speculative width, and how near an exploration came to being taken
+            rival = best_spec[0] if best_spec is not None else 0.0
+            if best_opt is not None:
+                rival = max(rival, best_opt[0] / (1 + EXPLORE_GAIN))
+            if plain_option[0] > rival * (1 + REST_GAP):
+                self._rest = (self.clock + REST_STEPS, list(rows), [list(k[:self.k]) for k in keys])
         counts = [min(n, choice[1] - 1) for n in offer]
         plan = Plan(choice[1], counts, choice[2], choice[3], explore=explore,
                     probs=[p[:c] for p, c in zip(probs, counts)], worth=worth, predicted_value=choice[4])
         return self._finish(plan, rows, keys)
+
+    def _resting(self, rows, keys) -> bool:
+        """Whether the plain step that began a rest still stands for these rows and offers (see REST_GAP): the
+        same rows, every row offering a prefix of what was priced (a draft model offers the same position keys
+        every step; an n-gram row without a match offers nothing)."""
+        until, rested, priced = self._rest
+        if self.clock >= until or len(rows) != len(rested) or list(rows) != rested:
+            self._rest = None
+            return False
+        for k, p in zip(keys, priced):
+            n = min(len(k), self.k)
+            if n and (n > len(p) or list(k[:n]) != p[:n]):
+                self._rest = None
+                return False
+        return True
 
     def _finish(self, plan: Plan, rows, keys) -> Plan:
         self.steps += 1
@@ -486,15 +527,21 @@ class SpeculationController:
                seconds: float | None = None) -> None:
         """The step's outcome: row b verified len(keys[b]) drafts (features keys[b]) and accepted accepted[b];
         seconds: the step's wall time (prefills excluded), whose part beyond the timed forwards is overhead."""
-        width = 1 + max((len(k) for k in keys), default=0)
+        width = 1 + max(map(len, keys), default=0)
         self.width_hist[min(width, len(self.width_hist) - 1)] += 1
-        self.plain_steps += width == 1
+        if width == 1:  # a plain step: one token per row, nothing verified, no acceptance to learn
+            self.plain_steps += 1
+            self.realised_tokens += len(accepted)
+            if self.enabled and seconds is not None:
+                self.plain_overhead.observe(len(keys), max(MIN_SECONDS, seconds - self._forward_seconds), self.clock)
+            self._forward_seconds = 0.0
+            self.acceptance.now += PLAIN_FADE
+            return
         self.realised_tokens += sum(accepted) + len(accepted)
         reached = [min(a + 1, len(k)) for k, a in zip(keys, accepted)]  # drafts whose verdict was seen
         if self.enabled:  # fixed K keeps only the stats (the acceptance table is one): no costs, no row factors
             if seconds is not None:
-                table = self.spec_overhead if width > 1 else self.plain_overhead
-                table.observe(len(keys), max(MIN_SECONDS, seconds - self._forward_seconds), self.clock)
+                self.spec_overhead.observe(len(keys), max(MIN_SECONDS, seconds - self._forward_seconds), self.clock)
             # what the tables predicted for every row before this step's outcomes are learned
             rates: dict = {}
             for row, k, a, n in zip(plan.rows, keys, accepted, reached):
@@ -507,7 +554,7 @@ class SpeculationController:
         for row_keys, a, n in zip(keys, accepted, reached):
             for i in range(n):
                 self.acceptance.observe(row_keys[i], i < a)
-        self.acceptance.now += 1.0 if width > 1 else PLAIN_FADE
+        self.acceptance.now += 1.0
 
     def begin_run(self) -> None:
         """A new generate() call: its sequence ids are new, and its stats start at zero. What was learned about
@@ -518,6 +565,7 @@ class SpeculationController:
         self.width_hist = [0] * (self.k + 2)
         self.predicted_tokens = self.predicted_seconds = 0.0
         self.realised_tokens = 0
+        self._rest = None
 
     def forget(self, row: Hashable) -> None:
         """A sequence finished: drop its row record."""
