@@ -36,6 +36,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("-k", type=int, default=4)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--min-seconds", type=float, default=0.0,
+                   help="repeat a cell past --repeats until plain decoding has run this long (short cells are noisiest)")
     p.add_argument("--no-fixed", action="store_true", help="skip the fixed-K runs")
     p.add_argument("--transformers", action="store_true", help="also time transformers' own generate")
     p.add_argument("--threads", type=int, default=1)
@@ -68,11 +70,13 @@ def main(argv=None) -> int:
     categories = {c: encode(tokenizer, texts, chat) for c, texts in by_category(records).items()}
     header = (f"{'demo pair' if not args.target else os.path.basename(os.path.normpath(args.target))}: "
               f"{len(records)} prompts, {args.max_new_tokens} new tokens, K={args.k}, {args.repeats} repeats, "
-              f"{args.threads} thread(s), {args.clock} clock")
+              f"{args.threads} thread(s), {args.clock} clock"
+              + (f", repeats until plain has run {args.min_seconds:g} s" if args.min_seconds else ""))
     print(header, flush=True)
     rows = measure(target, factories, categories, args.batch_sizes, max_new=args.max_new_tokens, k=args.k,
                    repeats=args.repeats, fixed=not args.no_fixed, transformers=args.transformers,
-                   assistants=assistants, show=lambda line: print(line, flush=True), clock=args.clock)
+                   assistants=assistants, show=lambda line: print(line, flush=True), clock=args.clock,
+                   min_seconds=args.min_seconds)
     print("\nspeed-up over the engine's plain batched decoding at the same batch size\n")
     print(table(rows))
     if args.json:

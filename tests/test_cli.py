@@ -3,6 +3,7 @@ rows, fixed K, the controller's mean width, real-demo and ablate --target on a t
 
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -416,6 +417,23 @@ def test_speed_ups_are_medians_of_each_repeats_own_ratio(tiny_folder):
         assert len(row["repeat_seconds"]) == 3 and row["seconds"] == pytest.approx(sum(row["repeat_seconds"]))
         assert row["speedup"] == paired_speedup(plain, row["repeat_seconds"]) == row["cpu_speedup"]
         assert row["speedup_of_totals"] == pytest.approx(sum(plain) / row["seconds"])
+
+
+def test_short_cells_repeat_until_plain_has_run_min_seconds(tiny_folder):
+    model, tokenizer = load_causal_lm(tiny_folder)
+    torch.manual_seed(0)
+    cells = {"c": [[3, 4, 3, 4, 3]]}
+    rows = measure(model, {"n-gram": NgramDrafter}, cells, [1], max_new=2, repeats=2, show=lambda line: None,
+                   clock="cpu", min_seconds=1e6, max_repeats=5)
+    assert {len(r["repeat_seconds"]) for r in rows} == {5} and {r["repeats"] for r in rows} == {5}
+    rows = measure(model, {"n-gram": NgramDrafter}, cells, [1], max_new=2, repeats=2, show=lambda line: None,
+                   clock="cpu", min_seconds=1e-9)
+    assert {len(r["repeat_seconds"]) for r in rows} == {2}
+    for bad, message in (({"repeats": 0}, "repeats must be >= 1, got 0"),
+                         ({"min_seconds": -1.0}, "min_seconds must be >= 0, got -1.0"),
+                         ({"repeats": 3, "max_repeats": 2}, "max_repeats must be >= repeats (3), got 2")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            measure(model, {}, cells, [1], max_new=2, show=lambda line: None, **bad)
 
 
 def test_real_demo_without_check_and_one_drafter(tmp_path, tiny_folder, capsys):

@@ -90,7 +90,7 @@ class _Transformers:
 def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes, *, max_new: int = 64, k: int = 4,
             repeats: int = 2, scheduler: str = "eqspec", fixed: bool = True, transformers: bool = False,
             assistants: dict | None = None, show=print, sequences: dict | None = None,
-            clock: str = "wall") -> list[dict]:
+            clock: str = "wall", min_seconds: float = 0.0, max_repeats: int | None = None) -> list[dict]:
     """Rows {category, batch_size, run, seconds, tokens_per_s, speedup, ...}; categories: {name: [token ids]}.
 
     clock: what `seconds` and `speedup` count: "wall" time, or the process's "cpu" time (with one torch thread,
@@ -99,9 +99,20 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
     drafters: name -> factory of a drafter; each runs adaptive (and with fixed K when `fixed`). transformers:
     add transformers' own generate at batch 1 (plain, prompt lookup, and assisted with each of `assistants`)
     and plain batched generate at every batch size above 1. sequences: a dict to receive every run's last
-    sequences (trimmed after EOS), keyed (category, batch_size, run), for checks against a reference."""
+    sequences (trimmed after EOS), keyed (category, batch_size, run), for checks against a reference.
+
+    min_seconds: a cell repeats past `repeats` until plain decoding has run this long in all (on `clock`), up to
+    `max_repeats` (default 8 x repeats): a short cell's ratios are the noisiest (a run of a few hundred ms
+    meets one spell of the machine or another), and its extra repeats are cheap."""
     if clock not in ("wall", "cpu"):
         raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if not min_seconds >= 0:
+        raise ValueError(f"min_seconds must be >= 0, got {min_seconds}")
+    max_repeats = 8 * repeats if max_repeats is None else max_repeats
+    if max_repeats < repeats:
+        raise ValueError(f"max_repeats must be >= repeats ({repeats}), got {max_repeats}")
     eos = getattr(target.generation_config, "eos_token_id", None)
     eos = set([eos] if isinstance(eos, int) else (eos or []))
     pad = target.generation_config.pad_token_id
@@ -125,7 +136,10 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
             wall, cpu = {n: [] for n in names}, {n: [] for n in names}
             outputs: dict[str, list] = {}
             shuffle = random.Random(len(rows))
-            for rep in range(repeats):
+            timed = cpu if clock == "cpu" else wall
+            rep = 0
+            while rep < repeats or (sum(timed["plain"]) < min_seconds and rep < max_repeats):
+                rep += 1
                 order = shuffle.sample(names, len(names))
                 for name in order:
                     w, c = time.perf_counter(), time.process_time()
@@ -133,17 +147,17 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
                     wall[name].append(time.perf_counter() - w)
                     cpu[name].append(time.process_time() - c)
                     outputs[name] = [_trim(list(q), eos) for q in seqs]
-            seconds = cpu if clock == "cpu" else wall
+            seconds = timed
             if sequences is not None:
                 sequences.update({(category, batch_size, name): seqs for name, seqs in outputs.items()})
-            tokens = sum(len(q) for q in outputs["plain"]) * repeats
+            tokens = sum(len(q) for q in outputs["plain"]) * rep
             for name in names:
                 stats = getattr(runs[name], "stats", [])
                 last = stats[-1] if stats else {}
                 total = sum(seconds[name])
                 row = {"category": category, "batch_size": batch_size, "run": name, "seconds": total,
                        "clock": clock, "wall_seconds": sum(wall[name]), "cpu_seconds": sum(cpu[name]),
-                       "repeat_seconds": list(seconds[name]),
+                       "repeats": rep, "repeat_seconds": list(seconds[name]),
                        "wall_speedup": paired_speedup(wall["plain"], wall[name]),
                        "cpu_speedup": paired_speedup(cpu["plain"], cpu[name]),
                        "tokens_per_s": tokens / total if total else 0.0,
