@@ -338,3 +338,53 @@ def test_a_rest_covers_rows_offering_less_than_was_priced():
     calls = _count_pricing(ctrl)
     less = [[], weak[1][:2], weak[2], []]
     assert ctrl.plan(list(range(batch)), less).width == 1 and not calls
+
+
+def test_the_exploration_budget_spans_every_call_of_a_decoder():
+    # Drafts land 60% of the time and a forward costs its query tokens: speculation loses, but a width's cost
+    # goes stale after refresh_steps and then looks worth re-measuring. Ten short calls of 30 steps each: a
+    # budget per call would allow warmup_explore + 0.9 explorations in every one of them.
+    ctrl = SpeculationController(K)
+    explored = 0
+    for call in range(10):
+        ctrl.begin_run()
+        simulate(ctrl, 30, dear, lambda b, i: 0.6, batch=2, seed=call)
+        explored += ctrl.stats()["explore_steps"]
+    assert 0 < explored <= ctrl.warmup_explore + ctrl.explore_share * ctrl.clock
+    assert ctrl.explore_spent <= ctrl.warmup_explore + ctrl.explore_share * ctrl.clock
+
+
+def _speculating_by_a_little(batch=2):
+    """Speculation is predicted 20% ahead of plain: drafts land 50% of the time, and a forward costs a plain step
+    plus an eighth of one per extra column of a row (width 2: 3 tokens for 1.25 plain steps)."""
+    ctrl = SpeculationController(K)
+    for i in range(1, K + 1):
+        for j in range(200):
+            ctrl.acceptance.observe(("ngram", 2, i), j % 2 == 0)
+    ctrl.clock = 10
+    for n in range(1, batch * (K + 1) + 1):
+        ctrl.observe_target(n, 0.01 if n <= batch else 0.01 * (1 + (n - batch) / (batch * K)))
+    return ctrl
+
+
+def test_speculative_predictions_are_calibrated_by_what_speculative_steps_realised():
+    batch = 2
+    keys = ngram_keys(batch)
+    slow, on_time = _speculating_by_a_little(batch), _speculating_by_a_little(batch)
+    plan = slow.plan([0, 1], keys)
+    assert plan.width > 1 and slow.calibration() == 1.0
+    on_time.plan([0, 1], keys)
+    # the same outcomes (half the drafts accepted, as predicted), realised in twice the predicted time by one
+    # controller and on time by its twin
+    drafted = [k[:plan.num_draft[b]] for b, k in enumerate(keys)]
+    for _ in range(30):
+        slow.record(plan, drafted, [1, 0], seconds=2 * plan.predicted_seconds)
+        on_time.record(plan, drafted, [1, 0], seconds=plan.predicted_seconds)
+    assert 0.5 <= slow.calibration() < 0.7 and 0.95 < on_time.calibration() <= 1.1
+    for ctrl in (slow, on_time):  # the step seconds also taught an overhead: keep only the calibration apart
+        ctrl.spec_overhead = ForwardCosts()
+    assert on_time.plan([0, 1], keys).width > 1 and slow.plan([0, 1], keys).width == 1
+    # a step without its seconds (scripted) teaches nothing
+    fresh = _speculating_by_a_little(batch)
+    fresh.record(plan, drafted, [0, 0])
+    assert fresh.calibration() == 1.0
