@@ -198,3 +198,49 @@ def test_sliding_draft_that_skips_steps_catches_up_exactly(name, scheduler):
     res = dec.generate(ps, max_new_tokens=24, batch_size=2, eos_token_id=[])
     assert res.sequences == want
     assert res.stats["acceptance_rate"] == 1.0 and res.stats["resumed_columns"] > 0
+
+
+def _masks_seen(model):
+    seen = []
+    model.register_forward_pre_hook(lambda mod, args, kwargs: seen.append(kwargs.get("attention_mask")),
+                                    with_kwargs=True)
+    return seen
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_a_window_without_padding_or_holes_lets_transformers_build_the_causal_mask(impl):
+    from specdec.kv.ragged import RaggedKV
+    model = full()
+    model.set_attn_implementation(impl)
+    seen = _masks_seen(model)
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, V, (1, 9), generator=g)
+    steps = torch.randint(0, V, (1, 6), generator=g)
+    lane, logits = RaggedKV.prefill(model, [prompt[0].tolist()], 8)
+    with torch.no_grad():
+        step_logits = [logits[:, -1]] + [lane.forward(steps[:, i:i + 1])[:, -1] for i in range(3)]
+        step_logits.append(lane.forward(steps[:, 3:6])[:, -1])  # a verification-shaped block of 3
+        reference = model(torch.cat([prompt, steps], dim=1)).logits[0]
+    assert seen[:5] == [None] * 5  # batch 1: no padding, no holes: no mask of ours
+    for got, at in zip(step_logits, (8, 9, 10, 11, 14)):
+        torch.testing.assert_close(got[0], reference[at], rtol=1e-5, atol=1e-5)
+
+
+def test_padding_holes_and_sliding_windows_keep_the_engines_own_mask():
+    from specdec.kv.ragged import RaggedKV
+    model = full()
+    seen = _masks_seen(model)
+    lane, _ = RaggedKV.prefill(model, [[1, 2, 3], [4, 5]], 8)  # rows of two lengths: padding
+    lane.forward(torch.tensor([[6], [7]]))
+    assert all(m is not None for m in seen)
+    seen.clear()
+    lane, _ = RaggedKV.prefill(model, [[1, 2, 3], [4, 5, 6]], 8, realign="mask")
+    lane.forward(torch.tensor([[6, 7], [8, 9]]))
+    lane.drop_and_align([1, 0])  # row 0 keeps a hole where its dropped column was
+    lane.forward(torch.tensor([[1], [2]]))
+    assert seen[0] is None and seen[1] is None and seen[2] is not None
+    sliding = mistral()
+    seen = _masks_seen(sliding)
+    lane, _ = RaggedKV.prefill(sliding, [[1, 2, 3]], 8)
+    lane.forward(torch.tensor([[4]]))
+    assert all(m is not None for m in seen)

@@ -26,7 +26,8 @@ LAYERS, HEAD_DIM = 2, 4
 
 class StubLM(torch.nn.Module):
     """Writes keys and values determined by (token, position, layer) alone (integers, exact in float32) and
-    records the masks and position ids it is handed."""
+    records the masks and position ids it is handed. No mask (a window without padding or holes) is recorded as
+    the causal mask over the cache that transformers would build in its place."""
 
     def __init__(self):
         super().__init__()
@@ -36,6 +37,11 @@ class StubLM(torch.nn.Module):
         self.calls = []
 
     def forward(self, input_ids, attention_mask, position_ids, cache, use_cache, logits_to_keep):
+        if attention_mask is None:
+            n = input_ids.shape[1]
+            past = cache.get_mask_sizes(n, 0)[0] - n
+            q, kv = torch.arange(past, past + n), torch.arange(past + n)
+            attention_mask = (kv[None, :] <= q[:, None]).expand(input_ids.shape[0], 1, n, past + n)
         self.calls.append((attention_mask.clone(), position_ids.clone()))
         base = (input_ids * 4096 + position_ids).float()[:, None, :, None] * 16  # < 2**23
         for i, layer in enumerate(cache.layers):
