@@ -6,6 +6,8 @@
     python -m specdec real-demo --prompts ../shared/data/spec_bench_questions.jsonl --per-category 3 \
         --max-new-tokens 64 --transformers --json docs/real_demo_specbench.json
     python bench/speculation.py --json docs/speculation_demo.json
+    python bench/plain_vs_transformers.py --target ~/.cache/specdec/smollm2-135m-instruct \
+        --prompts ../shared/data/spec_bench_questions.jsonl --per-category 3 --json docs/plain_vs_transformers.json
     python bench/update_readme.py
 A table whose JSON is missing is left as it is.
 """
@@ -62,6 +64,13 @@ def speculation_table(path):
     return f"```\n{data['header']}\n```\n\n{table(data['rows'])}"
 
 
+def plain_vs_transformers_table(path):
+    """bench/plain_vs_transformers.py: the engine's plain decoding over transformers' generate, per category."""
+    from plain_vs_transformers import table  # this folder's script
+    data = json.load(open(path))
+    return f"```\n{data['header']}\n```\n\n{table(data['rows'])}"
+
+
 def engine_phases_table(path):
     data = json.load(open(path))
     lines = ["| kernels | realign | tokens/s | realign s | realign % | engine overhead % |", "|---|---|---:|---:|---:|---:|"]
@@ -78,6 +87,7 @@ SECTIONS = {"ops-table": ("docs/ops_cpu.json", ops_table), "demo-table": ("docs/
             "real-demo-shipped-table": ("docs/real_demo.json", real_demo_table),
             "real-demo-gemma3-table": ("docs/real_demo_gemma3.json", real_demo_table),
             "speculation-demo-table": ("docs/speculation_demo.json", speculation_table),
+            "plain-vs-transformers-table": ("docs/plain_vs_transformers.json", plain_vs_transformers_table),
             "engine-phases-table": ("docs/engine_phases.json", engine_phases_table)}
 
 

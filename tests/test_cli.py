@@ -436,6 +436,25 @@ def test_short_cells_repeat_until_plain_has_run_min_seconds(tiny_folder):
             measure(model, {}, cells, [1], max_new=2, show=lambda line: None, **bad)
 
 
+def test_plain_vs_transformers_pairs_each_prompt_and_sums_its_medians(tiny_folder):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "plain_vs_transformers", os.path.join(os.path.dirname(__file__), "..", "bench", "plain_vs_transformers.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    model, tokenizer = load_causal_lm(tiny_folder)
+    torch.manual_seed(0)
+    rows = bench.measure(model, {"a": [[3, 4, 3, 4, 3], [5, 6]], "b": [[7, 8, 9]]}, max_new=3, pairs=3,
+                         show=lambda line: None)
+    assert [(r["category"], r["prompts"], len(r["pair_ratios"])) for r in rows] == [("a", 2, 3), ("b", 1, 3)]
+    for r in rows:
+        assert r["exact"] and r["speedup"] == pytest.approx(r["transformers_s"] / r["engine_s"])
+    text = bench.table(rows)
+    assert text.count("\n") == len(rows) + 2 and text.splitlines()[-1].startswith("| all | 3 |")
+    with pytest.raises(ValueError, match="pairs must be >= 1, got 0"):
+        bench.measure(model, {"a": [[3, 4]]}, max_new=2, pairs=0, show=lambda line: None)
+
+
 def test_real_demo_without_check_and_one_drafter(tmp_path, tiny_folder, capsys):
     prompts = tmp_path / "p.txt"
     prompts.write_text("w1 w2 w1 w2\nw3 w4\n")

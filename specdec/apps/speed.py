@@ -30,14 +30,22 @@ from ..decoder import SpeculativeDecoder
 Factory = Callable[[], object]  # makes a drafter (a model or a drafter object)
 
 
-def _trim(tokens: list[int], eos: set[int]) -> list[int]:
+def trim_after_eos(tokens: list[int], eos: set[int]) -> list[int]:
     for i, t in enumerate(tokens):
         if t in eos:
             return tokens[:i + 1]
     return tokens
 
 
-class _Engine:
+def eos_and_pad(target) -> tuple[set[int], int]:
+    """The target's EOS ids and the pad id transformers' generate gets (its own, else the smallest EOS id)."""
+    eos = getattr(target.generation_config, "eos_token_id", None)
+    eos = set([eos] if isinstance(eos, int) else (eos or []))
+    pad = target.generation_config.pad_token_id
+    return eos, pad if isinstance(pad, int) else (min(eos) if eos else 0)
+
+
+class EngineRun:
     def __init__(self, target, drafter, adaptive: bool, k: int, scheduler: str):
         if drafter is None:
             self.decoder = SpeculativeDecoder(target, None, scheduler="autoregressive")
@@ -52,7 +60,7 @@ class _Engine:
         return res.sequences
 
 
-class _Transformers:
+class TransformersRun:
     """model.generate as a transformers user calls it: per prompt (batch 1) with prompt lookup or an assistant
     model (assisted generation refuses batches), or plain over left-padded batches."""
 
@@ -113,25 +121,22 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
     max_repeats = 8 * repeats if max_repeats is None else max_repeats
     if max_repeats < repeats:
         raise ValueError(f"max_repeats must be >= repeats ({repeats}), got {max_repeats}")
-    eos = getattr(target.generation_config, "eos_token_id", None)
-    eos = set([eos] if isinstance(eos, int) else (eos or []))
-    pad = target.generation_config.pad_token_id
-    pad = pad if isinstance(pad, int) else (min(eos) if eos else 0)
+    eos, pad = eos_and_pad(target)
     rows = []
     for category, ids in categories.items():
         for batch_size in batch_sizes:
-            runs: dict[str, object] = {"plain": _Engine(target, None, True, k, scheduler)}
+            runs: dict[str, object] = {"plain": EngineRun(target, None, True, k, scheduler)}
             for name, make in drafters.items():
-                runs[f"{name}, adaptive"] = _Engine(target, make(), True, k, scheduler)
+                runs[f"{name}, adaptive"] = EngineRun(target, make(), True, k, scheduler)
                 if fixed:
-                    runs[f"{name}, fixed K={k}"] = _Engine(target, make(), False, k, scheduler)
+                    runs[f"{name}, fixed K={k}"] = EngineRun(target, make(), False, k, scheduler)
             if transformers and batch_size == 1:
-                runs["transformers generate"] = _Transformers(target, "plain", pad_id=pad)
-                runs[f"transformers prompt lookup K={k}"] = _Transformers(target, "lookup", pad_id=pad)
+                runs["transformers generate"] = TransformersRun(target, "plain", pad_id=pad)
+                runs[f"transformers prompt lookup K={k}"] = TransformersRun(target, "lookup", pad_id=pad)
                 for name, model in (assistants or {}).items():
-                    runs[f"transformers assisted ({name})"] = _Transformers(target, "assisted", model, pad)
+                    runs[f"transformers assisted ({name})"] = TransformersRun(target, "assisted", model, pad)
             elif transformers:
-                runs["transformers batched generate"] = _Transformers(target, "batched", pad_id=pad)
+                runs["transformers batched generate"] = TransformersRun(target, "batched", pad_id=pad)
             names = list(runs)
             wall, cpu = {n: [] for n in names}, {n: [] for n in names}
             outputs: dict[str, list] = {}
@@ -146,7 +151,7 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
                     seqs = runs[name].run(ids, max_new, batch_size)
                     wall[name].append(time.perf_counter() - w)
                     cpu[name].append(time.process_time() - c)
-                    outputs[name] = [_trim(list(q), eos) for q in seqs]
+                    outputs[name] = [trim_after_eos(list(q), eos) for q in seqs]
             seconds = timed
             if sequences is not None:
                 sequences.update({(category, batch_size, name): seqs for name, seqs in outputs.items()})
