@@ -67,13 +67,6 @@ PLAIN_FIRST = 3  # a new controller's first steps are plain: they measure what s
 # a slow fade of the acceptance table) can close the gap, so the saving costs at most a few steps' delay.
 REST_GAP = 0.2
 REST_STEPS = 4
-# Speculative rates are calibrated by what speculative steps realised: kappa = realised tokens over predicted
-# rate x realised seconds, faded by CALIBRATION_DECAY per speculative step and shrunk to 1 by CALIBRATION_PRIOR
-# tokens. The winner of several noisy estimates is optimistic: on the demo pair's layer-skip draft at batch 2,
-# speculative steps were predicted at 0.28-0.31 tokens/ms and realised 0.26-0.30 (plain: 0.27-0.29).
-CALIBRATION_DECAY = 0.98
-CALIBRATION_PRIOR = 20.0
-CALIBRATION_RANGE = (0.5, 1.5)
 
 
 class ForwardCosts:
@@ -274,8 +267,7 @@ class SpeculationController:
         self.steps = 0
         self.clock = 0
         self.explored = 0
-        self.explore_spent = 0.0  # plain-step equivalents spent exploring, over the controller's life
-        self._calibration = [0.0, 0.0]  # faded: realised tokens, predicted rate x realised seconds (kappa)
+        self.explore_spent = 0.0  # plain-step equivalents spent exploring
         self.plain_steps = 0
         self.width_hist = [0] * (self.k + 2)
         self.predicted_tokens = 0.0
@@ -335,17 +327,8 @@ class SpeculationController:
 
     # ------------------------------------------------------------------------------------------- decisions
     def _budget_left(self, cost: float = 1.0) -> bool:
-        """Exploration is budgeted in plain-step equivalents: warmup_explore + explore_share * steps of them, over
-        the controller's life (every generate call of a decoder), not per call: a decoder that serves many short
-        calls would otherwise explore at the start of each, and on a draft model every exploration after a new
-        prompt pays that prompt's draft prefill (the demo pair at batch 2: 6% of each call)."""
-        return self.explore_spent + cost <= self.warmup_explore + self.explore_share * self.clock
-
-    def calibration(self) -> float:
-        """kappa: how speculative steps' realised rates compare with their predictions (see CALIBRATION_DECAY)."""
-        realised, predicted = self._calibration
-        kappa = (realised + CALIBRATION_PRIOR) / (predicted + CALIBRATION_PRIOR)
-        return min(CALIBRATION_RANGE[1], max(CALIBRATION_RANGE[0], kappa))
+        """Exploration is budgeted in plain-step equivalents: warmup_explore + explore_share * steps of them."""
+        return self.explore_spent + cost <= self.warmup_explore + self.explore_share * self.steps
 
     def _stale(self, costs: ForwardCosts, tokens: int) -> bool:
         age = costs.age(tokens, self.clock)
@@ -430,7 +413,6 @@ class SpeculationController:
             first_caught_up = self.draft_costs.estimate(batch * 2) or MIN_SECONDS
             rest = self.draft_costs.estimate(batch) or MIN_SECONDS
         overhead = (self._overhead(batch, False), self._overhead(batch, True))
-        kappa = self.calibration()
         best = best_opt = best_spec = plain_s = None
         may_explore = self._budget_left()
         for width in range(1, top + 2):
@@ -451,8 +433,7 @@ class SpeculationController:
             # biased upwards (on the demo pair's layer-skip draft at batch 2, 5.0 tokens predicted per step,
             # 4.4-4.6 realised), and near break-even a wrong "speculate" costs more than a wrong "plain".
             margin = 1 + SWITCH_MARGIN if drafts and catch_up else (1 + SPECULATE_MARGIN if width > 1 else 1.0)
-            scale = kappa if width > 1 else 1.0
-            option = (value / est / margin * scale, width, tokens, est, value)
+            option = (value / est / margin, width, tokens, est, value)
             if best is None or option[0] > best[0]:
                 best = option
             if width > 1 and (best_spec is None or option[0] > best_spec[0]):
@@ -463,7 +444,7 @@ class SpeculationController:
                 opt = (self.target_costs.optimistic(n, self.clock, self.refresh_steps) or MIN_SECONDS) + draft_s
                 # what exploring costs, in plain steps: the step, and all of a catch-up it needs (a draft model's
                 # prefill is paid now, whatever it is amortised over if speculation then pays)
-                cand = (value / opt * scale, width, tokens, est, value, 1.0 + extra / max(plain_s, MIN_SECONDS))
+                cand = (value / opt, width, tokens, est, value, 1.0 + extra / max(plain_s, MIN_SECONDS))
                 if best_opt is None or cand[0] > best_opt[0]:
                     best_opt = cand
         explore = (best_opt is not None and best_opt[0] > best[0] * (1 + EXPLORE_GAIN) and best_opt[1] != best[1]
@@ -561,10 +542,6 @@ class SpeculationController:
         if self.enabled:  # fixed K keeps only the stats (the acceptance table is one): no costs, no row factors
             if seconds is not None:
                 self.spec_overhead.observe(len(keys), max(MIN_SECONDS, seconds - self._forward_seconds), self.clock)
-                if plan.predicted_seconds > 0 and seconds > 0:
-                    c = self._calibration
-                    c[0] = c[0] * CALIBRATION_DECAY + sum(accepted) + len(accepted)
-                    c[1] = c[1] * CALIBRATION_DECAY + plan.predicted_tokens / plan.predicted_seconds * seconds
             # what the tables predicted for every row before this step's outcomes are learned
             rates: dict = {}
             for row, k, a, n in zip(plan.rows, keys, accepted, reached):
@@ -581,9 +558,10 @@ class SpeculationController:
 
     def begin_run(self) -> None:
         """A new generate() call: its sequence ids are new, and its stats start at zero. What was learned about
-        costs, acceptance and the calibration carries over, and so does the exploration budget."""
+        costs and acceptance carries over."""
         self.rows.clear()
         self.steps = self.explored = self.plain_steps = 0
+        self.explore_spent = 0.0
         self.width_hist = [0] * (self.k + 2)
         self.predicted_tokens = self.predicted_seconds = 0.0
         self.realised_tokens = 0
@@ -603,7 +581,6 @@ class SpeculationController:
             "mean_width": mean_width,
             "plain_steps": self.plain_steps,
             "explore_steps": self.explored,
-            "calibration": self.calibration(),  # kappa: realised over predicted speculative rates
             "predicted_tokens_per_step": self.predicted_tokens / steps if steps else 0.0,
             "realised_tokens_per_step": self.realised_tokens / steps if steps else 0.0,
             # what the acceptance table has learned: key -> [P(accepted | the drafts before accepted), weight]
