@@ -18,7 +18,6 @@ default); times are the process's CPU time.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -27,7 +26,7 @@ import time
 import torch
 
 from specdec.apps.prompts import by_category, encode, load_prompt_records
-from specdec.apps.speed import EngineRun, TransformersRun, eos_and_pad, trim_after_eos
+from specdec.apps.speed import EngineRun, TransformersRun, eos_and_pad, report, trim_after_eos
 from specdec.models.demo import build_default_pair
 from specdec.models.hf import load_causal_lm
 
@@ -111,12 +110,8 @@ def main(argv=None) -> int:
     print(header, flush=True)
     rows = measure(target, categories, max_new=args.max_new_tokens, pairs=args.pairs,
                    show=lambda line: print(line, flush=True))
-    print("\nthe engine's plain decoding over transformers' plain generate (> 1: the engine is faster)\n")
-    print(table(rows))
-    if args.json:
-        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump({"header": header, "command": " ".join(sys.argv), "rows": rows}, f, indent=1)
+    report("the engine's plain decoding over transformers' plain generate (> 1: the engine is faster)",
+           table(rows), args.json, header, rows)
     return 0
 
 

@@ -12,14 +12,13 @@ Threads are pinned (1 by default): on this 2-core machine oversubscription costs
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 import torch
 
 from specdec.apps.prompts import by_category, encode, load_prompt_records
-from specdec.apps.speed import measure, table
+from specdec.apps.speed import measure, report, table
 from specdec.drafting.ngram import NgramDrafter
 from specdec.models.demo import build_default_pair
 from specdec.models.hf import cheap_copy, load_causal_lm
@@ -37,7 +36,7 @@ def main(argv=None) -> int:
     p.add_argument("-k", type=int, default=4)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--min-seconds", type=float, default=0.0,
-                   help="repeat a cell past --repeats until plain decoding has run this long (short cells are noisiest)")
+                   help="repeat a cell past --repeats until plain has run this long (short cells are noisiest)")
     p.add_argument("--no-fixed", action="store_true", help="skip the fixed-K runs")
     p.add_argument("--transformers", action="store_true", help="also time transformers' own generate")
     p.add_argument("--threads", type=int, default=1)
@@ -77,12 +76,8 @@ def main(argv=None) -> int:
                    repeats=args.repeats, fixed=not args.no_fixed, transformers=args.transformers,
                    assistants=assistants, show=lambda line: print(line, flush=True), clock=args.clock,
                    min_seconds=args.min_seconds)
-    print("\nspeed-up over the engine's plain batched decoding at the same batch size\n")
-    print(table(rows))
-    if args.json:
-        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump({"header": header, "command": " ".join(sys.argv), "rows": rows}, f, indent=1)
+    report("speed-up over the engine's plain batched decoding at the same batch size", table(rows), args.json,
+           header, rows)
     return 0
 
 

@@ -18,8 +18,11 @@ Decoders live as long as their cell: the controller learns costs and acceptance 
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import statistics
+import sys
 import time
 from typing import Callable
 
@@ -180,6 +183,16 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
                 rows.append(row)
                 show(format_row(row))
     return rows
+
+
+def report(title: str, text: str, path: str | None, header: str, rows: list[dict]) -> None:
+    """A bench script's ending: print the table under its title, and write {header, command, rows} to `path`."""
+    print(f"\n{title}\n")
+    print(text)
+    if path:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w") as f:
+            json.dump({"header": header, "command": " ".join(sys.argv), "rows": rows}, f, indent=1)
 
 
 def paired_speedup(base: list[float], run: list[float]) -> float:
