@@ -338,3 +338,75 @@ def test_a_rest_covers_rows_offering_less_than_was_priced():
     calls = _count_pricing(ctrl)
     less = [[], weak[1][:2], weak[2], []]
     assert ctrl.plan(list(range(batch)), less).width == 1 and not calls
+
+
+def simulate_with_hindsight(ctrl, steps, cost, accept, batch=4, seed=0, hindsight=True):
+    """simulate(), with each row's unverified offer judged as a deterministic drafter's hindsight does: the
+    drafts after the verified ones, up to the first that the target's tokens do not match."""
+    rng = random.Random(seed)
+    widths = []
+    for _ in range(steps):
+        rows = list(range(batch))
+        offered = ngram_keys(batch)
+        plan = ctrl.plan(rows, offered)
+        ctrl.observe_target(batch * plan.width, cost(batch * plan.width))
+        accepted, judged = [], []
+        for b in rows:
+            a = 0
+            while a < len(offered[b]) and rng.random() < accept(b, a + 1):
+                a += 1  # how far the target's text follows the offer
+            c = plan.num_draft[b]
+            accepted.append(min(a, c))
+            if a >= c and c < len(offered[b]):
+                judged.append((b, offered[b][c:min(a + 1, len(offered[b]))], a - c))
+        ctrl.record(plan, [offered[b][:plan.num_draft[b]] for b in rows], accepted)
+        if hindsight:
+            ctrl.judge(judged)
+        widths.append(plan.width)
+    return widths
+
+
+@pytest.mark.parametrize("hindsight", [True, False], ids=["hindsight", "blind"])
+def test_hindsight_ends_a_plain_spell_as_soon_as_drafts_land(hindsight):
+    # 300 steps where speculation cannot pay set a plain spell; then drafts always land and verification is
+    # cheap. Judging the unverified offers sees that within a few steps (then widens as the stale costs of wide
+    # forwards are re-measured); without it, the acceptance table learns nothing in a plain spell and only its
+    # slow fade (AcceptanceTable) brings an exploration, 100+ steps later.
+    ctrl = SpeculationController(K)
+    state = {"cost": dear, "p": 0.05}
+    widths = simulate_with_hindsight(ctrl, 300, lambda n: state["cost"](n), lambda b, i: state["p"], seed=1,
+                                     hindsight=hindsight)
+    assert widths[-100:].count(1) >= 95
+    state.update(cost=cheap, p=1.0)
+    widths = simulate_with_hindsight(ctrl, 40, lambda n: state["cost"](n), lambda b, i: state["p"], seed=2,
+                                     hindsight=hindsight)
+    if hindsight:
+        assert next(i for i, w in enumerate(widths) if w > 1) <= 10 and widths[10:].count(1) <= 2, widths
+    else:
+        assert widths.count(1) == len(widths), widths
+
+
+def test_hindsight_keeps_drafts_that_never_land_from_being_explored():
+    # Drafts that never land, verification dear: a blind controller's table fades towards its prior in a
+    # plain spell and spends exploration steps re-trying them; judged offers keep it informed (no exploration
+    # after the warm-up).
+    explored = {}
+    for hindsight in (True, False):
+        ctrl = SpeculationController(K)
+        simulate_with_hindsight(ctrl, 1500, dear, lambda b, i: 0.0, batch=1, seed=5, hindsight=hindsight)
+        explored[hindsight] = ctrl.stats()["explore_steps"]
+    assert explored[True] <= SpeculationController(K).warmup_explore < explored[False], explored
+
+
+def test_judged_drafts_teach_the_table_and_the_row_factor():
+    ctrl = SpeculationController(K)
+    key1, key2 = ("ngram", 3, 1), ("ngram", 3, 2)
+    before = ctrl.acceptance.rate(key1)
+    ctrl.judge([(7, [key1, key2], 2), (7, [key1], 1), (8, [key1], 0)])
+    assert ctrl.acceptance.counts[key1][:2] == [2.0, 3.0] and ctrl.acceptance.counts[key2][:2] == [1.0, 1.0]
+    assert ctrl.acceptance.rate(key1) != before
+    assert ctrl.rows[7].accepted == 3 and ctrl.rows[8].accepted == 0
+    assert ctrl.stats()["judged_drafts"] == 4
+    fixed = SpeculationController(K, enabled=False)
+    fixed.judge([(7, [key1], 1)])
+    assert not fixed.acceptance.counts and fixed.stats()["judged_drafts"] == 0

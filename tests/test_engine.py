@@ -213,6 +213,25 @@ def test_ngram_drafter_ragged_num_draft(scheduler):
     assert 5 in widths and any(1 < w < 5 for w in widths), sorted(set(widths))
 
 
+@pytest.mark.parametrize("control", CONTROLS)
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
+def test_ngram_hindsight_judges_what_was_not_verified(scheduler, control):
+    # With a controller that decides (scripted widths, or the adaptive one), the offers it does not verify are
+    # judged by the tokens that follow and taught to its table; fixed K verifies everything and judges nothing.
+    # Output stays the target's greedy text either way.
+    model = tiny_model("qwen2", vocab_size=16, hidden_size=64, num_layers=2, seed=1)
+    g = torch.Generator().manual_seed(2)
+    ps = [torch.randint(0, 16, (n,), generator=g).tolist() for n in (3, 1, 20, 9, 5)]
+    want = [model.generate(torch.tensor([p]), do_sample=False, max_new_tokens=40)[0, len(p):].tolist() for p in ps]
+    res = decoder(model, NgramDrafter(), scheduler, window=4, num_draft_tokens=4, control=control).generate(
+        ps, max_new_tokens=40, batch_size=3, eos_token_id=[])
+    assert res.sequences == want
+    if control == "fixed":
+        assert res.stats["judged_drafts"] == 0
+    else:
+        assert res.stats["judged_drafts"] > 0 and res.stats["plain_steps"] > 0
+
+
 @pytest.mark.parametrize("control", ["fixed", "scripted"])
 @pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
 @pytest.mark.parametrize("realign", ["shift", "mask", "paper"])

@@ -62,3 +62,59 @@ def test_drafter_rows_are_ragged_and_follow_accepts():
 def test_bad_sizes():
     with pytest.raises(ValueError, match="min_n"):
         NgramDrafter(max_n=1, min_n=2)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_hindsight_judges_unverified_drafts_by_the_tokens_that_follow(seed):
+    # The target's text is a fixed stream; each step verifies a random number of the offered drafts (0: a plain
+    # step) and emits the accepted ones plus the stream's next token, as greedy verification does. Every offer
+    # whose verified drafts were all accepted and that had drafts left is judged on the stream, from brute force.
+    gen = torch.Generator().manual_seed(seed)
+    stream = torch.randint(0, 4, (120,), generator=gen).tolist()
+    rng = torch.Generator().manual_seed(seed + 100)
+    drafter = NgramDrafter(max_n=3, min_n=1)
+    drafter.hindsight = True
+    drafter.start(0, stream[:10], stream[10])
+    batch = StepBatch([0], None, torch.zeros(1, dtype=torch.int64))
+    pos, expected, judged = 11, [], []
+    while pos < 100:
+        keys = drafter.offer(batch, 4)
+        offer = drafter._offered[0][0]
+        c = int(torch.randint(0, len(offer) + 1, (1,), generator=rng))
+        proposal = None
+        if c:
+            proposal = drafter.propose(batch, 4).narrowed([c])
+        a = 0
+        while a < c and offer[a] == stream[pos + a]:
+            a += 1
+        emitted = stream[pos:pos + a + 1]
+        drafter.commit(batch, proposal, [emitted])
+        if a == c and c < len(offer):
+            rest = offer[c:]
+            m = 0
+            while m < len(rest) and rest[m] == stream[pos + c + m]:
+                m += 1
+            expected.append((0, keys[0][c:c + min(m + 1, len(rest))], m, pos + c + min(m + 1, len(rest))))
+        pos += a + 1
+        judged += drafter.judged()
+    decided = [e[:3] for e in expected if e[3] <= pos]  # the stream up to pos has been emitted
+    assert sorted(judged) == sorted(decided)
+    assert any(j[2] > 0 for j in judged) and any(j[2] < len(j[1]) for j in judged)
+    drafter.finish(0)
+    assert not drafter._open and drafter.judged() == []
+
+
+def test_no_hindsight_unless_asked():
+    # fixed K (and any run without an adaptive controller) keeps nothing for hindsight
+    drafter = NgramDrafter(max_n=2, min_n=1)
+    drafter.start(10, [5, 6, 7, 5, 6], 7)
+    batch = StepBatch([10], None, torch.zeros(1, dtype=torch.int64))
+    assert drafter.offer(batch, 3)[0]
+    drafter.commit(batch, None, [[5]])
+    assert drafter.judged() == [] and not drafter._open and not drafter._step_offer
+    drafter.hindsight = True
+    drafter.offer(batch, 3)  # "7 5" was followed by 6 7 5: the target emits 6 then 0
+    drafter.commit(batch, None, [[6]])
+    drafter.offer(batch, 3)
+    drafter.commit(batch, None, [[0]])
+    assert drafter.judged()[0] == (10, [("ngram", 2, 1), ("ngram", 2, 2)], 1)

@@ -14,6 +14,10 @@ drafter never knows which scheduler runs it:
                                         per row, how many of the columns it wrote to batch.draft to discard
     finish(seq)                         the sequence is done
 
+Optional: a deterministic drafter may judge its own unverified offers in hindsight (`hindsight`, set by the loop
+when its controller is adaptive, and `judged()` -> [(seq, keys, matched)]; see NgramDrafter), so the controller
+learns what they are worth during plain steps.
+
 A drafter that keeps keys and values (a draft model) names its model in `kv_model`; the scheduler then keeps a
 KV lane for it (batch.draft) beside the target's, realigns it after every step with the drops commit returns,
 and opens it empty for every new sequence: the drafter fills it lazily, when it next drafts.

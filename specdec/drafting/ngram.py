@@ -10,6 +10,14 @@ length land at each position (a run's stats["acceptance_table"]; `python bench/s
 keeps it per cell in its JSON) and verifies a proposal only when that pays for its width. So short matches
 are proposed too (min_n=1) and priced, not filtered out by a threshold: on SmolLM2 a 1-gram match's first
 token lands far less often than a 4-gram's, and the table says by how much on the text at hand.
+
+Hindsight. A proposal the controller did not verify (a plain step, or a row narrowed to fewer drafts than it
+offered) is judged by the tokens that follow it: draft i "would have been accepted" iff the tokens after the
+verified ones match drafts 1..i. For greedy decoding that is the verdict verification would have given. When
+sampling it has the same law: a deterministic draft d is accepted with probability p(d), and the token the
+target emits there is d with probability p(d), given the same prefix. So the controller learns what matches are
+worth during plain spells, for free, instead of paying exploration steps for it (`judged()`). It only ever
+learns from tokens already emitted, so it cannot bias a later step's verdict.
 """
 
 from __future__ import annotations
@@ -66,6 +74,12 @@ class NgramDrafter:
         self.max_n, self.min_n = max_n, min_n
         self.seqs: dict[int, NgramIndex] = {}
         self._offered: dict[int, tuple[list[int], int]] = {}
+        # hindsight (the decode loop turns it on when its controller is adaptive): this step's offers, the
+        # unverified drafts of past offers still waiting for tokens to judge them, and the judged ones
+        self.hindsight = False
+        self._step_offer: dict[int, tuple[list[int], int]] = {}
+        self._open: dict[int, list[list]] = {}  # seq -> [[drafts, n, position of drafts[0] - 1, matched]]
+        self._judged: list[tuple[int, list[tuple], int]] = []
 
     def start(self, seq: int, prompt: Sequence[int], first: int) -> None:
         self.seqs[seq] = NgramIndex(list(prompt) + [int(first)], self.max_n, self.min_n)
@@ -73,6 +87,8 @@ class NgramDrafter:
     def finish(self, seq: int) -> None:
         self.seqs.pop(seq, None)
         self._offered.pop(seq, None)
+        self._step_offer.pop(seq, None)
+        self._open.pop(seq, None)
 
     def lag(self, batch: StepBatch) -> int:
         return 0
@@ -81,6 +97,8 @@ class NgramDrafter:
         keys = []
         for s in batch.seqs:
             tokens, n = self._offered[s] = self.seqs[s].match(k)
+            if self.hindsight:
+                self._step_offer[s] = (tokens, n)
             keys.append([("ngram", n, i + 1) for i in range(len(tokens))])
         return keys
 
@@ -98,4 +116,47 @@ class NgramDrafter:
     def commit(self, batch: StepBatch, proposal: Proposal | None, emitted: list[list[int]]) -> list[int] | None:
         for s, out in zip(batch.seqs, emitted):
             self.seqs[s].extend(out)
+        if self.hindsight:
+            self._judge(batch.seqs, [0] * len(emitted) if proposal is None else proposal.counts(), emitted)
         return None
+
+    def _judge(self, seqs: list[int], verified: list[int], emitted: list[list[int]]) -> None:
+        for s, c, out in zip(seqs, verified, emitted):
+            pending = self._open.get(s, [])
+            for shadow in pending:
+                self._match(s, shadow, out)
+            offered = self._step_offer.pop(s, None)
+            # every verified draft accepted (always so after a plain step): out[c] is the target's token where
+            # the first unverified draft stood
+            if offered is not None and len(offered[0]) > c and len(out) == c + 1:
+                shadow = [offered[0][c:], offered[1], c, 0]
+                self._match(s, shadow, out[c:])
+                pending.append(shadow)
+            pending = [sh for sh in pending if sh[3] is not None]
+            if pending:
+                self._open[s] = pending
+            else:
+                self._open.pop(s, None)
+
+    def _match(self, seq: int, shadow: list, tokens: list[int]) -> None:
+        """Advance an open judgement over the tokens that followed; once decided, queue it and mark it closed."""
+        drafts, n, base, matched = shadow
+        if matched is None:
+            return
+        for t in tokens:
+            if t != drafts[matched]:
+                self._judged.append((seq, [("ngram", n, base + i + 1) for i in range(matched + 1)], matched))
+                shadow[3] = None
+                return
+            matched += 1
+            if matched == len(drafts):
+                self._judged.append((seq, [("ngram", n, base + i + 1) for i in range(matched)], matched))
+                shadow[3] = None
+                return
+        shadow[3] = matched
+
+    def judged(self) -> list[tuple[int, list[tuple], int]]:
+        """The unverified drafts judged since the last call: (seq, their keys up to the first miss, how many of
+        them matched), in the order they were decided."""
+        out, self._judged = self._judged, []
+        return out

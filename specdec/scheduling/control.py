@@ -35,6 +35,9 @@ optimistic cost (no dearer than the largest measured smaller N) would beat the b
 EXPLORE_GAIN, within a budget of `warmup_explore` steps plus `explore_share` of all steps. While speculating,
 a plain step is taken once its cost is `refresh_steps` old, within the same budget. A plain step chosen by a
 wide margin stands for a few steps of the same rows and offers without being priced again (REST_GAP).
+A deterministic drafter's offers that were not verified (plain steps, rows given fewer drafts) are judged by
+the tokens that followed them and teach the acceptance table too (`judge`): a plain spell then ends as soon as
+the text starts to repeat, without exploration steps to find out.
 Draft-model costs start from a prior (a ratio of the target's cost from parameter counts) and are not explored
 optimistically: a draft as dear as the target can never pay (k drafts + a verify cost more than k + 1 plain
 steps), so the controller goes plain at once and stays there.
@@ -273,6 +276,7 @@ class SpeculationController:
         self.predicted_tokens = 0.0
         self.realised_tokens = 0
         self.predicted_seconds = 0.0
+        self.judged_drafts = 0  # unverified drafts judged in hindsight (judge)
         self._rest: tuple | None = None  # (until clock, rows, keys priced): a plain step that stands (REST_GAP)
 
     # ------------------------------------------------------------------------------------------- costs
@@ -556,6 +560,24 @@ class SpeculationController:
                 self.acceptance.observe(row_keys[i], i < a)
         self.acceptance.now += 1.0
 
+    def judge(self, outcomes: Sequence[tuple[Hashable, Sequence[tuple], int]]) -> None:
+        """Drafts the target never verified, judged by the tokens that followed them (a deterministic drafter's
+        hindsight, e.g. NgramDrafter.judged): (row, keys up to the first miss, how many matched) each. They
+        teach the acceptance table and the row factors as verified drafts do: for a deterministic draft the
+        emitted token equals it with the probability verification would have accepted it. Only tokens already
+        emitted are used, so what later steps draft stays independent of their own verdicts."""
+        if not self.enabled or not outcomes:
+            return
+        rates: dict = {}
+        expected = [sum(self.probs(row, keys, rates)) for row, keys, _ in outcomes]
+        for (row, keys, a), e in zip(outcomes, expected):
+            rec = self.rows.setdefault(row, RowRecord())
+            rec.accepted += a
+            rec.expected += e
+            for i, key in enumerate(keys):
+                self.acceptance.observe(key, i < a)
+        self.judged_drafts += sum(len(keys) for _, keys, _ in outcomes)
+
     def begin_run(self) -> None:
         """A new generate() call: its sequence ids are new, and its stats start at zero. What was learned about
         costs and acceptance carries over."""
@@ -564,7 +586,7 @@ class SpeculationController:
         self.explore_spent = 0.0
         self.width_hist = [0] * (self.k + 2)
         self.predicted_tokens = self.predicted_seconds = 0.0
-        self.realised_tokens = 0
+        self.realised_tokens = self.judged_drafts = 0
         self._rest = None
 
     def forget(self, row: Hashable) -> None:
@@ -581,6 +603,7 @@ class SpeculationController:
             "mean_width": mean_width,
             "plain_steps": self.plain_steps,
             "explore_steps": self.explored,
+            "judged_drafts": self.judged_drafts,
             "predicted_tokens_per_step": self.predicted_tokens / steps if steps else 0.0,
             "realised_tokens_per_step": self.realised_tokens / steps if steps else 0.0,
             # what the acceptance table has learned: key -> [P(accepted | the drafts before accepted), weight]

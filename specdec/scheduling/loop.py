@@ -89,6 +89,9 @@ class DecodeLoop:
                 else None
         if hasattr(drafter, "confidence"):
             drafter.confidence = self.adaptive
+        self.hindsight = self.adaptive and hasattr(drafter, "judged")
+        if hasattr(drafter, "hindsight"):
+            drafter.hindsight = self.hindsight
         self.out: list[list[int]] = [[] for _ in prompts]
         self.finished = [False] * len(prompts)
         self.waiting = list(range(len(prompts)))[::-1]  # pop() takes the next prompt in input order
@@ -294,6 +297,8 @@ class DecodeLoop:
             else:
                 keys = proposal.keys if proposal.keys is not None else proposal.resolve_keys(bins)
             self.controller.record(plan, keys, accepted, seconds)
+            if self.hindsight:
+                self.controller.judge(self.drafter.judged())
             self.control_seconds += time.perf_counter() - t
 
     def settle(self) -> None:
