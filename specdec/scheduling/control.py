@@ -307,17 +307,11 @@ class SpeculationController:
             return 1.0
         return (r.accepted + self.row_strength) / (r.expected + self.row_strength)
 
-    def probs(self, row: Hashable, keys: Sequence[tuple], rates: dict | None = None) -> list[float]:
-        f = self._row_factor(row)
-        out = []
-        for key in keys:
-            r = rates.get(key) if rates is not None else None
-            if r is None:
-                r = self.acceptance.rate(key)
-                if rates is not None:
-                    rates[key] = r
-            out.append(min(0.995, max(0.0, f * r)))
-        return out
+    def probs(self, row: Hashable, keys: Sequence[tuple], factor: float | None = None) -> list[float]:
+        """p[b, i] for row b's drafts with these keys; factor: the row's factor when the caller has it."""
+        f = self._row_factor(row) if factor is None else factor
+        rate = self.acceptance.rate  # cached per key until the table next changes
+        return [min(0.995, max(0.0, f * rate(key))) for key in keys]
 
     @staticmethod
     def _cumulative(probs: Sequence[float]) -> list[float]:
@@ -387,15 +381,15 @@ class SpeculationController:
         # so it does as little per row as it can. Rows with the same keys and row factor share their
         # probabilities (a draft model offers every row the same key list: one lookup for the batch), and
         # rows that also offer as many drafts and are worth the same are summed as one group with a count.
-        rates: dict = {}
         shared: dict = {}
         probs, groups = [], {}
         worth = self.token_worth(remaining) if remaining is not None else None
         for b, (r, k) in enumerate(zip(rows, keys)):
-            memo = (self._row_factor(r), id(k))
+            f = self._row_factor(r)
+            memo = (f, id(k))
             entry = shared.get(memo)
             if entry is None:
-                p = self.probs(r, k[:self.k], rates)
+                p = self.probs(r, k[:self.k], f)
                 entry = shared[memo] = (p, self._cumulative(p))  # gains[c]: the row's expected tokens, c drafts
             probs.append(entry[0])
             group = (memo, offer[b], 1.0 if worth is None else worth[b])
@@ -508,9 +502,8 @@ class SpeculationController:
         if drafted >= self.k:
             return False
         batch = len(plan.rows)
-        rates: dict = {}
         # per row, expected tokens with c drafts: its drafts so far, then the position priors for the rest
-        gains = [self._cumulative(self.probs(r, list(k[:drafted]) + list(position_keys[drafted:self.k]), rates))
+        gains = [self._cumulative(self.probs(r, list(k[:drafted]) + list(position_keys[drafted:self.k])))
                  for r, k in zip(plan.rows, keys)]
         value = plan.predicted_value if plan.worth is not None else plan.predicted_tokens
         rate = value / plan.predicted_seconds if plan.predicted_seconds > 0 else 0.0
@@ -547,10 +540,9 @@ class SpeculationController:
             if seconds is not None:
                 self.spec_overhead.observe(len(keys), max(MIN_SECONDS, seconds - self._forward_seconds), self.clock)
             # what the tables predicted for every row before this step's outcomes are learned
-            rates: dict = {}
             for row, k, a, n in zip(plan.rows, keys, accepted, reached):
                 if n:
-                    expected = sum(self.probs(row, k[:n], rates))  # with the row factor before this step
+                    expected = sum(self.probs(row, k[:n]))  # with the row factor before this step
                     rec = self.rows.setdefault(row, RowRecord())
                     rec.accepted += min(a, n)
                     rec.expected += expected
@@ -568,8 +560,7 @@ class SpeculationController:
         emitted are used, so what later steps draft stays independent of their own verdicts."""
         if not self.enabled or not outcomes:
             return
-        rates: dict = {}
-        expected = [sum(self.probs(row, keys, rates)) for row, keys, _ in outcomes]
+        expected = [sum(self.probs(row, keys)) for row, keys, _ in outcomes]
         for (row, keys, a), e in zip(outcomes, expected):
             rec = self.rows.setdefault(row, RowRecord())
             rec.accepted += a

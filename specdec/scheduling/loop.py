@@ -141,8 +141,8 @@ class DecodeLoop:
         """(plan, proposal); proposal None for a plain step."""
         if self.drafter is None:
             return None, None
+        keys = self.drafter.offer(batch, self.k)  # the drafter's own work (an n-gram lookup propose reuses)
         t = time.perf_counter()
-        keys = self.drafter.offer(batch, self.k)
         plan = self.controller.plan(batch.seqs, keys, catch_up=self.drafter.lag(batch), horizon=self._horizon(batch),
                                     remaining=self._remaining(batch))
         self.control_seconds += time.perf_counter() - t
