@@ -232,6 +232,35 @@ def test_ngram_hindsight_judges_what_was_not_verified(scheduler, control):
         assert res.stats["judged_drafts"] > 0 and res.stats["plain_steps"] > 0
 
 
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
+def test_step_overhead_leaves_out_the_batch_change(scheduler, monkeypatch):
+    # next_batch may evict finished rows from every lane (once, whatever the width): the controller must not
+    # book that as what each later step costs beyond its forwards. Here every next_batch burns 30 ms of CPU.
+    import time
+    from specdec.scheduling.eqspec import EqspecSource
+    from specdec.scheduling.exspec import ExspecSource
+    source = EqspecSource if scheduler == "eqspec" else ExspecSource
+    slow = source.next_batch
+
+    def next_batch(self, *args, **kwargs):
+        end = time.process_time() + 0.03
+        while time.process_time() < end:
+            pass
+        return slow(self, *args, **kwargs)
+
+    monkeypatch.setattr(source, "next_batch", next_batch)
+    model = tiny_model("qwen2", vocab_size=16, hidden_size=64, num_layers=2, seed=1)
+    g = torch.Generator().manual_seed(3)
+    ps = [torch.randint(0, 16, (n,), generator=g).tolist() for n in (3, 1, 20, 9, 5)]
+    dec = decoder(model, NgramDrafter(), scheduler, window=4, num_draft_tokens=4, control="adaptive")
+    res = dec.generate(ps, max_new_tokens=12, batch_size=3, eos_token_id=[])
+    assert res.sequences == [model.generate(torch.tensor([p]), do_sample=False, max_new_tokens=12)[0, len(p):].tolist()
+                             for p in ps]
+    booked = [v for costs in (dec.controller.plain_overhead, dec.controller.spec_overhead)
+              for samples in costs.samples.values() for _, v in samples]
+    assert booked and max(booked) < 0.03, booked
+
+
 @pytest.mark.parametrize("control", ["fixed", "scripted"])
 @pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
 @pytest.mark.parametrize("realign", ["shift", "mask", "paper"])
