@@ -15,8 +15,11 @@ def ngram_keys(batch, n=2):
     return [[("ngram", n, i) for i in range(1, K + 1)] for _ in range(batch)]
 
 
-def simulate(ctrl, steps, cost, accept, batch=4, seed=0, keys=ngram_keys):
-    """Run `steps` planned steps; cost(N) is a forward's seconds, accept(b, i) draft i's acceptance chance."""
+def simulate(ctrl, steps, cost, accept, batch=4, seed=0, keys=ngram_keys, hindsight=None):
+    """Run `steps` planned steps; cost(N) is a forward's seconds, accept(b, i) draft i's acceptance chance.
+    hindsight None: draw only the verified drafts' verdicts. True or False: draw how far the target's text
+    follows each whole offer, and with True judge the unverified rest as a deterministic drafter does (the
+    drafts after the verified ones, up to the first the text does not match)."""
     rng = random.Random(seed)
     widths = []
     for _ in range(steps):
@@ -24,13 +27,19 @@ def simulate(ctrl, steps, cost, accept, batch=4, seed=0, keys=ngram_keys):
         offered = keys(batch)
         plan = ctrl.plan(rows, offered)
         ctrl.observe_target(batch * plan.width, cost(batch * plan.width))
-        accepted = []
+        accepted, judged = [], []
         for b in rows:
+            c = plan.num_draft[b]
+            limit = c if hindsight is None else len(offered[b])
             a = 0
-            while a < plan.num_draft[b] and rng.random() < accept(b, a + 1):
+            while a < limit and rng.random() < accept(b, a + 1):
                 a += 1
-            accepted.append(a)
+            accepted.append(min(a, c))
+            if a >= c and c < len(offered[b]):
+                judged.append((b, offered[b][c:min(a + 1, len(offered[b]))], a - c))
         ctrl.record(plan, [offered[b][:plan.num_draft[b]] for b in rows], accepted)
+        if hindsight:
+            ctrl.judge(judged)
         widths.append(plan.width)
     return widths
 
@@ -340,32 +349,6 @@ def test_a_rest_covers_rows_offering_less_than_was_priced():
     assert ctrl.plan(list(range(batch)), less).width == 1 and not calls
 
 
-def simulate_with_hindsight(ctrl, steps, cost, accept, batch=4, seed=0, hindsight=True):
-    """simulate(), with each row's unverified offer judged as a deterministic drafter's hindsight does: the
-    drafts after the verified ones, up to the first that the target's tokens do not match."""
-    rng = random.Random(seed)
-    widths = []
-    for _ in range(steps):
-        rows = list(range(batch))
-        offered = ngram_keys(batch)
-        plan = ctrl.plan(rows, offered)
-        ctrl.observe_target(batch * plan.width, cost(batch * plan.width))
-        accepted, judged = [], []
-        for b in rows:
-            a = 0
-            while a < len(offered[b]) and rng.random() < accept(b, a + 1):
-                a += 1  # how far the target's text follows the offer
-            c = plan.num_draft[b]
-            accepted.append(min(a, c))
-            if a >= c and c < len(offered[b]):
-                judged.append((b, offered[b][c:min(a + 1, len(offered[b]))], a - c))
-        ctrl.record(plan, [offered[b][:plan.num_draft[b]] for b in rows], accepted)
-        if hindsight:
-            ctrl.judge(judged)
-        widths.append(plan.width)
-    return widths
-
-
 @pytest.mark.parametrize("hindsight", [True, False], ids=["hindsight", "blind"])
 def test_hindsight_ends_a_plain_spell_as_soon_as_drafts_land(hindsight):
     # 300 steps where speculation cannot pay set a plain spell; then drafts always land and verification is
@@ -374,12 +357,12 @@ def test_hindsight_ends_a_plain_spell_as_soon_as_drafts_land(hindsight):
     # slow fade (AcceptanceTable) brings an exploration, 100+ steps later.
     ctrl = SpeculationController(K)
     state = {"cost": dear, "p": 0.05}
-    widths = simulate_with_hindsight(ctrl, 300, lambda n: state["cost"](n), lambda b, i: state["p"], seed=1,
-                                     hindsight=hindsight)
+    widths = simulate(ctrl, 300, lambda n: state["cost"](n), lambda b, i: state["p"], seed=1,
+                      hindsight=hindsight)
     assert widths[-100:].count(1) >= 95
     state.update(cost=cheap, p=1.0)
-    widths = simulate_with_hindsight(ctrl, 40, lambda n: state["cost"](n), lambda b, i: state["p"], seed=2,
-                                     hindsight=hindsight)
+    widths = simulate(ctrl, 40, lambda n: state["cost"](n), lambda b, i: state["p"], seed=2,
+                      hindsight=hindsight)
     if hindsight:
         assert next(i for i, w in enumerate(widths) if w > 1) <= 10 and widths[10:].count(1) <= 2, widths
     else:
@@ -393,7 +376,7 @@ def test_hindsight_keeps_drafts_that_never_land_from_being_explored():
     explored = {}
     for hindsight in (True, False):
         ctrl = SpeculationController(K)
-        simulate_with_hindsight(ctrl, 1500, dear, lambda b, i: 0.0, batch=1, seed=5, hindsight=hindsight)
+        simulate(ctrl, 1500, dear, lambda b, i: 0.0, batch=1, seed=5, hindsight=hindsight)
         explored[hindsight] = ctrl.stats()["explore_steps"]
     assert explored[True] <= SpeculationController(K).warmup_explore < explored[False], explored
 
