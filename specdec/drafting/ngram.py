@@ -144,13 +144,11 @@ class NgramDrafter:
         if matched is None:
             return
         for t in tokens:
-            if t != drafts[matched]:
-                self._judged.append((seq, [("ngram", n, base + i + 1) for i in range(matched + 1)], matched))
-                shadow[3] = None
-                return
-            matched += 1
-            if matched == len(drafts):
-                self._judged.append((seq, [("ngram", n, base + i + 1) for i in range(matched)], matched))
+            hit = t == drafts[matched]
+            matched += hit
+            if not hit or matched == len(drafts):  # decided: a miss (its draft was reached too), or all matched
+                reached = matched + (not hit)
+                self._judged.append((seq, [("ngram", n, base + i + 1) for i in range(reached)], matched))
                 shadow[3] = None
                 return
         shadow[3] = matched
