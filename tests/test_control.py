@@ -193,6 +193,38 @@ def test_cheap_draft_model_is_used_and_stops_early_on_low_confidence():
     assert ctrl.keep_drafting(plan, 1, [[("model", 1)]] * 2, position_keys)
 
 
+def _draft_model_controller(accept):
+    """Batch 1, a draft model a tenth of the target's cost whose drafts land with chance `accept`; feeding 19
+    columns of catch-up (N = 21) costs more than a plain step (12 ms against 10)."""
+    ctrl = SpeculationController(K, draft_cost_ratio=0.1)
+    ctrl.clock = 10
+    for n in range(1, K + 2):
+        ctrl.target_costs.observe(n, 0.010 + 0.0005 * (n - 1), ctrl.clock)
+    for n in range(1, 8):
+        ctrl.draft_costs.observe(n, 0.001 * (1 + 0.05 * (n - 1)), ctrl.clock)
+    ctrl.draft_costs.observe(21, 0.012, ctrl.clock)
+    for i in range(1, K + 1):
+        for j in range(1000):
+            ctrl.acceptance.observe(("model", i), j < 1000 * accept)
+    return ctrl
+
+
+@pytest.mark.parametrize("accept,catch_up,speculates", [(0.24, 1, True), (0.38, 19, False), (0.38, 1, True)],
+                         ids=["cheap-lag-small-gain", "dear-lag", "cheap-lag"])
+def test_the_margin_for_waking_a_draft_model_follows_its_catch_up_cost(accept, catch_up, speculates):
+    # A lag of one column (one plain step) costs next to nothing to feed: a 7% predicted gain is taken, where a
+    # flat 10% margin kept the demo pair's layer-skip draft plain for dozens of steps after each plain step. A
+    # catch-up as dear as a plain step still needs the full margin: 7% (after its amortised cost) is not enough.
+    ctrl = _draft_model_controller(accept)
+    keys = [[("model", i) for i in range(1, K + 1)]]
+    plan = ctrl.plan([0], keys, catch_up=catch_up, horizon=50)
+    assert not plan.explore
+    assert (plan.width > 1) == speculates, plan
+    if speculates:
+        gain = plan.predicted_tokens / plan.predicted_seconds * ctrl.target_costs.estimate(1)
+        assert gain < 1.1 if accept < 0.3 else gain > 1.1, gain
+
+
 def test_fixed_k_when_disabled():
     ctrl = SpeculationController(K, enabled=False)
     widths = simulate(ctrl, 20, dear, lambda b, i: 0.0)

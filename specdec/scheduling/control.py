@@ -425,12 +425,19 @@ class SpeculationController:
             n = batch * width
             draft_s += overhead[width > 1]
             est = self._target_estimate(n) + draft_s
-            # Waking a draft model that fell behind costs a catch-up forward whatever the estimates say: leave
-            # plain decoding for it only on a clear predicted gain, so noise in the costs does not flap it on.
             # Any speculative width must beat plain by SPECULATE_MARGIN: the best of several noisy estimates is
             # biased upwards (on the demo pair's layer-skip draft at batch 2, 5.0 tokens predicted per step,
             # 4.4-4.6 realised), and near break-even a wrong "speculate" costs more than a wrong "plain".
-            margin = 1 + SWITCH_MARGIN if drafts and catch_up else (1 + SPECULATE_MARGIN if width > 1 else 1.0)
+            # Waking a draft model that fell behind costs a catch-up forward whatever the estimates say: the
+            # margin grows to SWITCH_MARGIN as that forward's extra cost nears a plain step's, so noise in the
+            # costs does not flap a dear catch-up on. A lag of a column or two (one plain step that re-measured
+            # plain decoding, or one noisy sample) costs next to nothing to feed, yet the full margin there kept
+            # the demo pair's layer-skip draft plain after such steps wherever it predicted a 5-10% gain (traced:
+            # each step of those spells chose a speculative width when re-planned without the margin).
+            margin = 1.0
+            if width > 1:
+                switch = SWITCH_MARGIN * min(1.0, extra / max(plain_s, MIN_SECONDS)) if drafts and catch_up else 0.0
+                margin = 1 + max(SPECULATE_MARGIN, switch)
             option = (value / est / margin, width, tokens, est, value)
             if best is None or option[0] > best[0]:
                 best = option
