@@ -436,7 +436,7 @@ class SpeculationController:
             # each step of those spells chose a speculative width when re-planned without the margin).
             margin = 1.0
             if width > 1:
-                switch = SWITCH_MARGIN * min(1.0, extra / max(plain_s, MIN_SECONDS)) if drafts and catch_up else 0.0
+                switch = SWITCH_MARGIN * min(1.0, extra / max(plain_s, MIN_SECONDS))  # extra: 0 without a lag
                 margin = 1 + max(SPECULATE_MARGIN, switch)
             option = (value / est / margin, width, tokens, est, value)
             if best is None or option[0] > best[0]:
