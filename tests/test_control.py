@@ -225,6 +225,30 @@ def test_the_margin_for_waking_a_draft_model_follows_its_catch_up_cost(accept, c
         assert gain < 1.1 if accept < 0.3 else gain > 1.1, gain
 
 
+def test_a_draft_model_timed_in_a_slow_spell_is_tried_again():
+    # Batch 1. The draft model was timed at 8 ms a forward in a slow spell of the machine (it costs 1 ms) and the
+    # controller went plain: only speculative steps time a draft model, so that cost is 490 steps old while
+    # plain decoding (10 ms) is fresh. Believed, it makes every width lose (3.4 tokens for 42 ms at width 5).
+    # Hoped down to its parameter share of the target's cost (a tenth), width 5 would win by far: explored.
+    ctrl = SpeculationController(K, draft_cost_ratio=0.1)
+    ctrl.clock = 10
+    for n in range(1, K + 2):
+        ctrl.target_costs.observe(n, 0.010 + 0.0005 * (n - 1), ctrl.clock)
+    for n in range(1, 8):
+        ctrl.draft_costs.observe(n, 0.008, ctrl.clock)
+    for i in range(1, K + 1):
+        for j in range(1000):
+            ctrl.acceptance.observe(("model", i), j % 10 < 8)
+    ctrl.clock = 500
+    ctrl.target_costs.observe(1, 0.010, ctrl.clock)
+    keys = [[("model", i) for i in range(1, K + 1)]]
+    plan = ctrl.plan([0], keys)
+    assert plan.explore and plan.width > 1, plan
+    ctrl.draft_costs.age = lambda tokens, step: 0  # the same books with a fresh draft cost: plain, no exploring
+    plan = ctrl.plan([0], keys)
+    assert plan.plain and not plan.explore, plan
+
+
 def test_fixed_k_when_disabled():
     ctrl = SpeculationController(K, enabled=False)
     widths = simulate(ctrl, 20, dear, lambda b, i: 0.0)

@@ -38,9 +38,9 @@ wide margin stands for a few steps of the same rows and offers without being pri
 A deterministic drafter's offers that were not verified (plain steps, rows given fewer drafts) are judged by
 the tokens that followed them and teach the acceptance table too (`judge`): a plain spell then ends as soon as
 the text starts to repeat, without exploration steps to find out.
-Draft-model costs start from a prior (a ratio of the target's cost from parameter counts) and are not explored
-optimistically: a draft as dear as the target can never pay (k drafts + a verify cost more than k + 1 plain
-steps), so the controller goes plain at once and stays there.
+Draft-model costs start from a prior (a ratio of the target's cost from parameter counts); a stale one is hoped
+no lower than that prior (`_draft_optimistic`): a draft as dear as the target can never pay (k drafts + a verify
+cost more than k + 1 plain steps), so the controller goes plain at once and stays there.
 """
 
 from __future__ import annotations
@@ -262,8 +262,9 @@ class SpeculationController:
         self.spec_overhead = ForwardCosts(fresh=refresh_steps)
         self._forward_seconds = 0.0  # forwards timed in the step under way
         self.draft_costs: ForwardCosts | None = None
-        if draft_cost_ratio is not None:
-            ratio = float(draft_cost_ratio)
+        self.draft_ratio = None if draft_cost_ratio is None else float(draft_cost_ratio)
+        if self.draft_ratio is not None:
+            ratio = self.draft_ratio
             self.draft_costs = ForwardCosts(prior=lambda n: self._target_estimate(n) * ratio, fresh=refresh_steps)
         self.acceptance = AcceptanceTable()
         self.rows: dict[Hashable, RowRecord] = {}
@@ -299,6 +300,18 @@ class SpeculationController:
     def _target_estimate(self, tokens: int) -> float:
         est = self.target_costs.estimate(tokens)
         return est if est is not None else MIN_SECONDS
+
+    def _draft_optimistic(self, tokens: int) -> float:
+        """A low but plausible cost of a draft forward over `tokens` query tokens, for exploring: its measured
+        cost discounted by age (ForwardCosts.optimistic), but never below its parameter share of the target's
+        current cost at that N (the prior). Draft costs are measured only while speculating, so after a plain
+        spell they date from the last speculative one. Traced on the demo pair's layer-skip draft at batch 1: a
+        draft forward timed at 2.49 ms in a slow spell of the machine (1.3-1.5 ms otherwise) was believed for
+        700 plain steps, and with it no width could win; a draft as dear as the target (its prior) still can
+        never pay."""
+        own = self.draft_costs.optimistic(tokens, self.clock, self.refresh_steps)
+        floor = self.draft_ratio * self._target_estimate(tokens)
+        return floor if own is None else max(own, floor)
 
     # ------------------------------------------------------------------------------------------- acceptance
     def _row_factor(self, row: Hashable) -> float:
@@ -406,22 +419,20 @@ class SpeculationController:
                 if worth is not None:
                     values[c] += v * t
         model = self.draft_costs is not None
+        may_explore = self._budget_left()
+        draft_stale = False
         if model:
-            first = self.draft_costs.estimate(batch * (catch_up + 2)) or MIN_SECONDS
-            first_caught_up = self.draft_costs.estimate(batch * 2) or MIN_SECONDS
-            rest = self.draft_costs.estimate(batch) or MIN_SECONDS
+            known = self._draft_forwards(batch, catch_up, lambda n: self.draft_costs.estimate(n) or MIN_SECONDS)
+            if may_explore:
+                hoped = self._draft_forwards(batch, catch_up, self._draft_optimistic)
+                age = self.draft_costs.age(batch, self.clock)  # never measured: its prior is no hope at all
+                draft_stale = age is not None and age > self.refresh_steps
         overhead = (self._overhead(batch, False), self._overhead(batch, True))
         best = best_opt = best_spec = plain_s = None
-        may_explore = self._budget_left()
         for width in range(1, top + 2):
             tokens, value = totals[width - 1], values[width - 1]
             drafts = width - 1 if model else 0
-            draft_s = first + (drafts - 1) * rest if drafts else 0.0
-            extra = 0.0
-            if drafts and catch_up:
-                # the catch-up columns ride on the first draft forward; charge their extra cost once per horizon
-                extra = draft_s - (first_caught_up + (drafts - 1) * rest)
-                draft_s -= extra * (1 - 1 / max(1.0, min(horizon, PAYBACK_STEPS)))
+            draft_s, extra = self._draft_seconds(known, drafts, catch_up, horizon) if drafts else (0.0, 0.0)
             n = batch * width
             draft_s += overhead[width > 1]
             est = self._target_estimate(n) + draft_s
@@ -445,8 +456,14 @@ class SpeculationController:
                 best_spec = option
             if plain_s is None:
                 plain_s, plain_option = est, option + (1.0,)
-            if may_explore and self._stale(self.target_costs, n):
-                opt = (self.target_costs.optimistic(n, self.clock, self.refresh_steps) or MIN_SECONDS) + draft_s
+            stale_target = self._stale(self.target_costs, n)
+            stale_draft = bool(drafts) and draft_stale
+            if may_explore and (stale_target or stale_draft):
+                # a stale cost is hoped low (ForwardCosts.optimistic, _draft_optimistic), a fresh one believed
+                opt = (self.target_costs.optimistic(n, self.clock, self.refresh_steps) or MIN_SECONDS
+                       if stale_target else self._target_estimate(n))
+                opt += self._draft_seconds(hoped, drafts, catch_up, horizon)[0] + overhead[1] if stale_draft \
+                    else draft_s
                 # what exploring costs, in plain steps: the step, and all of a catch-up it needs (a draft model's
                 # prefill is paid now, whatever it is amortised over if speculation then pays)
                 cand = (value / opt, width, tokens, est, value, 1.0 + extra / max(plain_s, MIN_SECONDS))
@@ -473,6 +490,21 @@ class SpeculationController:
         plan = Plan(choice[1], counts, choice[2], choice[3], explore=explore,
                     probs=[p[:c] for p, c in zip(probs, counts)], worth=worth, predicted_value=choice[4])
         return self._finish(plan, rows, keys)
+
+    @staticmethod
+    def _draft_forwards(batch: int, catch_up: int, cost) -> tuple[float, float, float]:
+        """A draft model's forwards for a step, by cost(N): (the first, carrying the catch-up columns; the first
+        without them; each later one)."""
+        return cost(batch * (catch_up + 2)), cost(batch * 2), cost(batch)
+
+    @staticmethod
+    def _draft_seconds(forwards, drafts: int, catch_up: int, horizon: float) -> tuple[float, float]:
+        """(seconds of drafting `drafts` tokens per row, with the catch-up amortised; the catch-up's extra cost).
+        The catch-up columns ride on the first draft forward; their extra cost is charged once per horizon."""
+        first, first_caught_up, rest = forwards
+        draft_s = first + (drafts - 1) * rest
+        extra = draft_s - (first_caught_up + (drafts - 1) * rest) if catch_up else 0.0
+        return draft_s - extra * (1 - 1 / max(1.0, min(horizon, PAYBACK_STEPS))), extra
 
     def _resting(self, rows, keys) -> bool:
         """Whether the plain step that began a rest still stands for these rows and offers (see REST_GAP): the
