@@ -225,28 +225,52 @@ def test_the_margin_for_waking_a_draft_model_follows_its_catch_up_cost(accept, c
         assert gain < 1.1 if accept < 0.3 else gain > 1.1, gain
 
 
-def test_a_draft_model_timed_in_a_slow_spell_is_tried_again():
-    # Batch 1. The draft model was timed at 8 ms a forward in a slow spell of the machine (it costs 1 ms) and the
-    # controller went plain: only speculative steps time a draft model, so that cost is 490 steps old while
-    # plain decoding (10 ms) is fresh. Believed, it makes every width lose (3.4 tokens for 42 ms at width 5).
-    # Hoped down to its parameter share of the target's cost (a tenth), width 5 would win by far: explored.
-    ctrl = SpeculationController(K, draft_cost_ratio=0.1)
+def _stale_draft_controller(ratio, draft_seconds):
+    """Batch 1: plain decoding (10 ms) timed fresh at step 500, wider target forwards and the draft model timed at
+    `draft_seconds` a forward 490 steps before (only speculative steps time a draft model), drafts landing 80%."""
+    ctrl = SpeculationController(K, draft_cost_ratio=ratio)
     ctrl.clock = 10
     for n in range(1, K + 2):
         ctrl.target_costs.observe(n, 0.010 + 0.0005 * (n - 1), ctrl.clock)
     for n in range(1, 8):
-        ctrl.draft_costs.observe(n, 0.008, ctrl.clock)
+        ctrl.draft_costs.observe(n, draft_seconds, ctrl.clock)
     for i in range(1, K + 1):
         for j in range(1000):
             ctrl.acceptance.observe(("model", i), j % 10 < 8)
     ctrl.clock = 500
     ctrl.target_costs.observe(1, 0.010, ctrl.clock)
+    return ctrl
+
+
+@pytest.mark.parametrize("target_fresh", [False, True], ids=["target-stale", "target-fresh"])
+def test_a_draft_model_timed_in_a_slow_spell_is_tried_again(target_fresh):
+    # The draft model was timed at 8 ms in a slow spell (it costs 1 ms: a tenth of the target) and the controller
+    # went plain. Believed, that cost makes every width lose (3.4 tokens for 42 ms at width 5); hoped down to its
+    # parameter share of the target's cost, width 5 would win by far: explored, whether or not the target's wider
+    # forwards were timed lately (plain steps of a larger batch time them too).
     keys = [[("model", i) for i in range(1, K + 1)]]
+    ctrl = _stale_draft_controller(0.1, 0.008)
+    if target_fresh:
+        for n in range(2, K + 2):
+            ctrl.target_costs.observe(n, 0.010 + 0.0005 * (n - 1), ctrl.clock)
     plan = ctrl.plan([0], keys)
     assert plan.explore and plan.width > 1, plan
-    ctrl.draft_costs.age = lambda tokens, step: 0  # the same books with a fresh draft cost: plain, no exploring
+    ctrl = _stale_draft_controller(0.1, 0.008)  # the same books with the draft timed just now: plain, no exploring
+    for n in range(1, 8):
+        ctrl.draft_costs.observe(n, 0.008, ctrl.clock)
     plan = ctrl.plan([0], keys)
     assert plan.plain and not plan.explore, plan
+
+
+def test_a_stale_draft_as_dear_as_the_target_is_not_hoped_cheaper_than_it():
+    # A float16 copy's prior is the target's own cost. Timed at 15 ms long ago, its age alone would hope it down
+    # to nothing; the floor (its parameter share of the target's current cost) keeps it unexplored.
+    ctrl = _stale_draft_controller(1.0, 0.015)
+    widths = []
+    for _ in range(50):  # each plain step times plain decoding again, as a decode loop's would
+        widths.append(ctrl.plan([0], [[("model", i) for i in range(1, K + 1)]]).width)
+        ctrl.target_costs.observe(1, 0.010, ctrl.clock)
+    assert set(widths) == {1}, widths
 
 
 def test_fixed_k_when_disabled():

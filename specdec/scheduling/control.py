@@ -264,8 +264,8 @@ class SpeculationController:
         self.draft_costs: ForwardCosts | None = None
         self.draft_ratio = None if draft_cost_ratio is None else float(draft_cost_ratio)
         if self.draft_ratio is not None:
-            ratio = self.draft_ratio
-            self.draft_costs = ForwardCosts(prior=lambda n: self._target_estimate(n) * ratio, fresh=refresh_steps)
+            self.draft_costs = ForwardCosts(prior=lambda n: self._target_estimate(n) * self.draft_ratio,
+                                            fresh=refresh_steps)
         self.acceptance = AcceptanceTable()
         self.rows: dict[Hashable, RowRecord] = {}
         self.steps = 0
