@@ -2,6 +2,7 @@
 cannot pay, verify everything where drafts land and verification is cheap, follow the script when it changes,
 and stay inside its exploration budget."""
 
+import math
 import random
 
 import pytest
@@ -376,9 +377,10 @@ def _plain_by_a_wide_margin(batch=4):
 
 
 def _count_pricing(ctrl):
+    """A list that grows whenever a plan prices drafts (looks up their acceptance rates)."""
     calls = []
-    priced = ctrl.probs
-    ctrl.probs = lambda *a, **k: calls.append(1) or priced(*a, **k)
+    priced = ctrl.acceptance.rate
+    ctrl.acceptance.rate = lambda *a, **k: calls.append(1) or priced(*a, **k)
     return calls
 
 
@@ -473,3 +475,11 @@ def test_judged_drafts_teach_the_table_and_the_row_factor():
     fixed = SpeculationController(K, enabled=False)
     fixed.judge([(7, [key1], 1)])
     assert not fixed.acceptance.counts and fixed.stats()["judged_drafts"] == 0
+
+
+@pytest.mark.parametrize("p", [-1.0, -0.0, 0.0, 0.3, 0.995, 0.9951, 2.0, math.inf, -math.inf, math.nan],
+                         ids=lambda p: f"p={p}")
+def test_draft_probabilities_are_clamped_as_min_max_would(p):
+    # plan's inlined clamp must keep every decision what min(0.995, max(0.0, p)) made it, NaN included
+    from specdec.scheduling.control import _clamp
+    assert _clamp(p) == min(0.995, max(0.0, p))

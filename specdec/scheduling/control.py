@@ -72,6 +72,14 @@ REST_GAP = 0.2
 REST_STEPS = 4
 
 
+NO_OFFER = ([], [1.0])  # plan's (p, gains) of a row that offers no drafts (no n-gram match): its one token
+
+
+def _clamp(p: float) -> float:
+    """min(0.995, max(0.0, p)) (NaN included: 0.0) without two builtin calls (plan runs it per row and draft)."""
+    return p if 0.0 <= p <= 0.995 else (0.995 if p > 0.995 else 0.0)
+
+
 class ForwardCosts:
     """Seconds of one forward pass of a model, by the number of query tokens N it carries (rows x new columns).
 
@@ -137,17 +145,24 @@ class ForwardCosts:
         the more so the older it is), but no lower than that smaller N's. So a width once measured dear becomes
         worth re-measuring only slowly, the dearer it was the later, and eventually any width is."""
         own = self.estimate(tokens)
-        age = self.age(tokens, step)
+        seen = self.last_seen.get(tokens)
         if own is not None:
-            own *= STALE_DISCOUNT ** (1.0 if age is None or not fresh else max(1.0, age / fresh))
-        below = self._sorted[:bisect.bisect_left(self._sorted, tokens)]
-        lower = next((n for n in reversed(below) if fresh is None or step - self.last_seen[n] <= fresh), None)
+            own *= STALE_DISCOUNT ** (1.0 if seen is None or not fresh else max(1.0, (step - seen) / fresh))
+        # the largest smaller N measured within `fresh` steps (a plain loop: plan asks this for every width)
+        known, last_seen = self._sorted, self.last_seen
+        i = bisect.bisect_left(known, tokens)
+        lower = None
+        while i > 0:
+            i -= 1
+            if fresh is None or step - last_seen[known[i]] <= fresh:
+                lower = known[i]
+                break
         if lower is None:
             return own
         bound = self.seconds[lower]
         if own is None:
             return bound
-        return max(own, bound) if age is not None else min(own, bound)
+        return max(own, bound) if seen is not None else min(own, bound)
 
 
 class AcceptanceTable:
@@ -324,7 +339,7 @@ class SpeculationController:
         """p[b, i] for row b's drafts with these keys; factor: the row's factor when the caller has it."""
         f = self._row_factor(row) if factor is None else factor
         rate = self.acceptance.rate  # cached per key until the table next changes
-        return [min(0.995, max(0.0, f * rate(key))) for key in keys]
+        return [_clamp(f * rate(key)) for key in keys]
 
     @staticmethod
     def _cumulative(probs: Sequence[float]) -> list[float]:
@@ -397,22 +412,27 @@ class SpeculationController:
         shared: dict = {}
         probs, groups = [], {}
         worth = self.token_worth(remaining) if remaining is not None else None
+        records, strength, rate, cap = self.rows, self.row_strength, self.acceptance.rate, self.k
         for b, (r, k) in enumerate(zip(rows, keys)):
-            f = self._row_factor(r)
+            rec = records.get(r)  # the row factor (_row_factor) and probs, inlined: this loop runs per row
+            f = 1.0 if rec is None else (rec.accepted + strength) / (rec.expected + strength)
             memo = (f, id(k))
-            entry = shared.get(memo)
+            entry = shared.get(memo) if k else NO_OFFER  # a row offering nothing expects its one token
             if entry is None:
-                p = self.probs(r, k[:self.k], f)
+                p = [_clamp(f * rate(key)) for key in k[:cap]]
                 entry = shared[memo] = (p, self._cumulative(p))  # gains[c]: the row's expected tokens, c drafts
             probs.append(entry[0])
             group = (memo, offer[b], 1.0 if worth is None else worth[b])
-            groups[group] = groups.get(group, 0) + 1
+            member = groups.get(group)
+            if member is None:
+                groups[group] = [1, entry[1]]
+            else:
+                member[0] += 1
         # expected tokens per draft count c: sum_b gains[b][min(offer[b], c)], and what they are worth (in
         # units of an average token: the same as tokens while prompts wait)
         totals = [0.0] * (top + 1)
         values = totals if worth is None else [0.0] * (top + 1)
-        for (memo, o, v), count in groups.items():
-            g = shared[memo][1]
+        for (memo, o, v), (count, g) in groups.items():
             for c in range(top + 1):
                 t = count * g[c if c < o else o]
                 totals[c] += t
@@ -429,13 +449,15 @@ class SpeculationController:
                 draft_stale = age is not None and age > self.refresh_steps
         overhead = (self._overhead(batch, False), self._overhead(batch, True))
         best = best_opt = best_spec = plain_s = None
+        clock, refresh, target_seen = self.clock, self.refresh_steps, self.target_costs.last_seen
         for width in range(1, top + 2):
             tokens, value = totals[width - 1], values[width - 1]
             drafts = width - 1 if model else 0
             draft_s, extra = self._draft_seconds(known, drafts, catch_up, horizon) if drafts else (0.0, 0.0)
             n = batch * width
             draft_s += overhead[width > 1]
-            est = self._target_estimate(n) + draft_s
+            target_s = self._target_estimate(n)
+            est = target_s + draft_s
             # Any speculative width must beat plain by SPECULATE_MARGIN: the best of several noisy estimates is
             # biased upwards (on the demo pair's layer-skip draft at batch 2, 5.0 tokens predicted per step,
             # 4.4-4.6 realised), and near break-even a wrong "speculate" costs more than a wrong "plain".
@@ -456,12 +478,13 @@ class SpeculationController:
                 best_spec = option
             if plain_s is None:
                 plain_s, plain_option = est, option + (1.0,)
-            stale_target = self._stale(self.target_costs, n)
+            seen = target_seen.get(n)  # _stale, inlined
+            stale_target = seen is None or clock - seen > refresh
             stale_draft = bool(drafts) and draft_stale
             if may_explore and (stale_target or stale_draft):
                 # a stale cost is hoped low (ForwardCosts.optimistic, _draft_optimistic), a fresh one believed
-                opt = (self.target_costs.optimistic(n, self.clock, self.refresh_steps) or MIN_SECONDS
-                       if stale_target else self._target_estimate(n))
+                opt = (self.target_costs.optimistic(n, clock, refresh) or MIN_SECONDS if stale_target
+                       else target_s)
                 opt += self._draft_seconds(hoped, drafts, catch_up, horizon)[0] + overhead[1] if stale_draft \
                     else draft_s
                 # what exploring costs, in plain steps: the step, and all of a catch-up it needs (a draft model's
