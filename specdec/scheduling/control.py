@@ -70,15 +70,6 @@ PLAIN_FIRST = 3  # a new controller's first steps are plain: they measure what s
 # a slow fade of the acceptance table) can close the gap, so the saving costs at most a few steps' delay.
 REST_GAP = 0.2
 REST_STEPS = 4
-# A draft model's acceptance can be learned only by verifying its drafts (an n-gram drafter's is judged in
-# hindsight for free), and two verdicts decide nothing: at a true rate of 0.75 one draft in two is rejected in
-# 44% of first pairs. A new controller's first speculative steps priced its layer-skip draft from such a pair
-# (and from the cold costs of those first steps) and kept the demo pair plain for whole runs, in about one
-# controller in four at batch 1 (english), where fixed K wins 1.07x. So a draft model gets a fair trial: until
-# MIN_VERDICTS of its drafts have been verified in the controller's life, a step that may speculate verifies the
-# full width, outside the exploration budget (a few steps, once per controller), unless that width could not
-# beat plain decoding even with every draft accepted (a draft as dear as the target: nothing to learn).
-MIN_VERDICTS = 12
 
 
 NO_OFFER = ([], [1.0])  # plan's (p, gains) of a row that offers no drafts (no n-gram match): its one token
@@ -251,8 +242,6 @@ class Plan:
     # per row, v_b in units of an average token (c(B) / B seconds of plain decoding); None: every token alike
     worth: list[float] | None = None
     predicted_value: float = 0.0  # sum_b v_b E_b for the chosen counts (= predicted_tokens when worth is None)
-    catch_up: int = 0  # the draft model's columns to feed first (plan's catch_up)
-    trial: bool = False  # a draft model's fair trial (MIN_VERDICTS): draft the full width, no early stop
 
     @property
     def plain(self) -> bool:
@@ -304,7 +293,6 @@ class SpeculationController:
         self.realised_tokens = 0
         self.predicted_seconds = 0.0
         self.judged_drafts = 0  # unverified drafts judged in hindsight (judge)
-        self.verdicts = 0  # drafts verified in this controller's life (never reset: see MIN_VERDICTS)
         self._rest: tuple | None = None  # (until clock, rows, keys priced): a plain step that stands (REST_GAP)
 
     # ------------------------------------------------------------------------------------------- costs
@@ -483,7 +471,7 @@ class SpeculationController:
             if width > 1:
                 switch = SWITCH_MARGIN * min(1.0, extra / max(plain_s, MIN_SECONDS))  # extra: 0 without a lag
                 margin = 1 + max(SPECULATE_MARGIN, switch)
-            option = widest = (value / est / margin, width, tokens, est, value)
+            option = (value / est / margin, width, tokens, est, value)
             if best is None or option[0] > best[0]:
                 best = option
             if width > 1 and (best_spec is None or option[0] > best_spec[0]):
@@ -504,25 +492,15 @@ class SpeculationController:
                 cand = (value / opt, width, tokens, est, value, 1.0 + extra / max(plain_s, MIN_SECONDS))
                 if best_opt is None or cand[0] > best_opt[0]:
                     best_opt = cand
-        trial = model and self.verdicts < MIN_VERDICTS
-        if trial:  # worth a trial only if the widest width would pay with every draft accepted
-            w = widest[1]
-            ceiling = sum((1 + min(o, w - 1)) * (1.0 if worth is None else worth[b]) for b, o in enumerate(offer))
-            trial = ceiling / widest[3] > plain_option[4] / plain_option[3]
-        if trial:
-            explore, choice = True, widest
-        else:
-            explore = (best_opt is not None and best_opt[0] > best[0] * (1 + EXPLORE_GAIN)
-                       and best_opt[1] != best[1] and self._budget_left(best_opt[5]))
-            choice = best_opt if explore else best
+        explore = (best_opt is not None and best_opt[0] > best[0] * (1 + EXPLORE_GAIN) and best_opt[1] != best[1]
+                   and self._budget_left(best_opt[5]))
+        choice = best_opt if explore else best
         if not explore and best[1] > 1 and self._stale(self.target_costs, batch) and self._budget_left(1.0):
             # What speculation must beat is re-measured too: a plain cost measured in a slow spell of the machine
             # (its speed drifts by a quarter over seconds) would otherwise keep a losing width on for good, since
             # nothing else measures a plain step. It costs at most the gain of one step.
             explore, choice = True, plain_option
-        if trial:
-            pass  # outside the budget: bounded by MIN_VERDICTS, once per controller
-        elif explore:
+        if explore:
             self.explore_spent += choice[5]
         elif choice[1] == 1:
             # the rivals: the best speculative width, and how near an exploration came to being taken
@@ -533,8 +511,7 @@ class SpeculationController:
                 self._rest = (self.clock + REST_STEPS, list(rows), [list(k[:self.k]) for k in keys])
         counts = [min(n, choice[1] - 1) for n in offer]
         plan = Plan(choice[1], counts, choice[2], choice[3], explore=explore,
-                    probs=[p[:c] for p, c in zip(probs, counts)], worth=worth, predicted_value=choice[4],
-                    catch_up=catch_up, trial=trial)
+                    probs=[p[:c] for p, c in zip(probs, counts)], worth=worth, predicted_value=choice[4])
         return self._finish(plan, rows, keys)
 
     @staticmethod
@@ -582,7 +559,7 @@ class SpeculationController:
         (its own probability for each, binned), position_keys[i] the feature of a draft at position i + 1
         before it is drafted. Go on while drafting further (up to K, even past the plan) still pays at the
         rate the plan expected; else stop (the engine then verifies `drafted` drafts per row)."""
-        if not self.enabled or plan.trial:
+        if not self.enabled:
             return drafted < plan.width - 1
         if drafted >= self.k:
             return False
@@ -622,15 +599,8 @@ class SpeculationController:
         self.realised_tokens += sum(accepted) + len(accepted)
         reached = [min(a + 1, len(k)) for k, a in zip(keys, accepted)]  # drafts whose verdict was seen
         if self.enabled:  # fixed K keeps only the stats (the acceptance table is one): no costs, no row factors
-            # A step that first fed a draft model the columns it missed is no typical speculative step: its
-            # host work beyond the timed forwards (filling a new prompt's lane, feeding skipped columns) belongs
-            # to the catch-up, which is priced by the draft forward's cost at that N. Believed as every step's
-            # overhead it kept the demo pair's layer-skip draft plain for whole runs: each generate call's first
-            # speculative step catches up on the prompt, and the first of a controller's life ran 1.8-2.2 ms
-            # beyond its forwards, against 0.47 ms a step once speculating (english, batch 1).
-            if seconds is not None and not plan.catch_up:
+            if seconds is not None:
                 self.spec_overhead.observe(len(keys), max(MIN_SECONDS, seconds - self._forward_seconds), self.clock)
-            self.verdicts += sum(reached)
             # what the tables predicted for every row before this step's outcomes are learned
             for row, k, a, n in zip(plan.rows, keys, accepted, reached):
                 if n:
