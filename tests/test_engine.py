@@ -146,8 +146,17 @@ def test_stats_phases_add_up(scheduler):
     assert 0 <= s["acceptance_rate"] <= 1
     assert s["accepted"] == sum(i * c for i, c in enumerate(s["accept_histogram"]))
     assert s["mean_accepted_length"] == pytest.approx(1 + s["accepted"] / sum(s["accept_histogram"]))
+    # every new prompt is filled into the draft model's lane (inside the draft phase) before it drafts for it
+    assert s["catch_up_columns"] > 0 and 0 < s["draft_prefill_seconds"] <= s["phase_seconds"]["draft"]
     if scheduler == "exspec":
         assert 0 <= s["group_rate"] <= 1 and s["groups"] == s["steps"]
+
+
+def test_a_drafter_without_a_model_reports_no_draft_prefill():
+    torch.manual_seed(51)
+    res = SpeculativeDecoder(target("llama"), NgramDrafter(), num_draft_tokens=3).generate(
+        prompts((5, 20, 2), 51), max_new_tokens=8, batch_size=2)
+    assert res.stats["draft_prefill_seconds"] == 0.0 and res.stats["catch_up_columns"] == 0
 
 
 @pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)

@@ -43,9 +43,8 @@ def format_runs(rows: list[dict], baseline: float | None = None) -> str:
 # How merge_stats combines a key: counters add up; rates are recomputed from the summed counters; per-step and
 # per-group means are weighted by the steps / groups they average over; settings are the first call's.
 _SUMMED = ("steps", "drafted", "accepted", "ragged_steps", "new_tokens", "total_seconds", "prefill_seconds",
-           "control_seconds", "catch_up_columns", "resumed_columns", "plain_steps", "explore_steps", "judged_drafts",
-           "compactions",
-           "groups")
+           "draft_prefill_seconds", "control_seconds", "catch_up_columns", "resumed_columns", "plain_steps",
+           "explore_steps", "judged_drafts", "compactions", "groups")
 _SUMMED_LISTS = ("accept_histogram", "width_histogram")
 _SUMMED_DICTS = ("phase_seconds", "cut_blocks")
 _PER_STEP = ("predicted_tokens_per_step", "realised_tokens_per_step")

@@ -178,6 +178,10 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
                        "control_share": (sum(st.get("control_seconds", 0.0) for st in stats)
                                          / max(1e-12, sum(st.get("total_seconds", 0.0) for st in stats)))
                        if stats else None,
+                       # a draft model's prefill of new prompts (the prompt part of its catch-ups)
+                       "draft_prefill_share": (sum(st.get("draft_prefill_seconds", 0.0) for st in stats)
+                                               / max(1e-12, sum(st.get("total_seconds", 0.0) for st in stats)))
+                       if stats else None,
                        "width_histogram": last.get("width_histogram"),
                        "acceptance_table": last.get("acceptance_table")}
                 rows.append(row)

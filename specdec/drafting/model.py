@@ -60,6 +60,9 @@ class ModelDrafter:
         self.early_stop = (self.device.type == "cpu") if early_stop is None else bool(early_stop)
         self.seqs: dict[int, _Sequence] = {}
         self.timed = None  # timed(query_tokens) -> context manager, set by the decode loop for the controller
+        # prefill_timer() -> context manager around filling new prompts into the draft lane (the decode loop's
+        # stats: draft_prefill_seconds, the part of a catch-up that no plain step would have paid)
+        self.prefill_timer = None
         # the drafts' own probabilities, binned: the controller's features. The decode loop turns them off for
         # fixed K, where nothing prices drafts (four small ops per draft saved; keys are then positions only)
         self.confidence = True
@@ -100,7 +103,8 @@ class ModelDrafter:
         fresh = [b for b, st in enumerate(states) if not lane.lengths[b] and len(st.pending) > lag]
         if fresh:
             head = [states[b].pending[:len(states[b].pending) - lag] for b in fresh]
-            with self.timed(sum(map(len, head))) if self.timed is not None else contextlib.nullcontext():
+            with self.timed(sum(map(len, head))) if self.timed is not None else contextlib.nullcontext(), \
+                    self.prefill_timer() if self.prefill_timer is not None else contextlib.nullcontext():
                 lane.fill_rows(fresh, head)
             for b, done in zip(fresh, head):
                 self.catch_up_columns += len(done)

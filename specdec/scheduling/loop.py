@@ -87,6 +87,8 @@ class DecodeLoop:
         if hasattr(drafter, "timed"):
             drafter.timed = (lambda tokens: self.clock.measure(tokens, controller.observe_draft)) if self.adaptive \
                 else None
+        if hasattr(drafter, "prefill_timer"):
+            drafter.prefill_timer = lambda: self.timer.within("draft_prefill")
         if hasattr(drafter, "confidence"):
             drafter.confidence = self.adaptive
         self.hindsight = self.adaptive and hasattr(drafter, "judged")
@@ -356,6 +358,9 @@ class DecodeLoop:
             # target prefills of new prompts, inside "schedule" (a draft model catches up inside "draft"): the
             # engine's own overhead is total - draft - verify - prefill
             "prefill_seconds": self.timer.inner.get("prefill", 0.0),
+            # a draft model's prefill of new prompts into its lane, inside "draft" (the rest of its catch-up
+            # rides on its first forward of a step)
+            "draft_prefill_seconds": self.timer.inner.get("draft_prefill", 0.0),
             "control_seconds": self.control_seconds,
             # a draft model's tokens fed to catch up (prompts, and steps it sat out: resumed_columns)
             "catch_up_columns": self._drafter_counters()[0] - self._fed[0],
