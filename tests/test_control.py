@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from specdec.scheduling.control import REST_STEPS, AcceptanceTable, ForwardCosts, SpeculationController
+from specdec.scheduling.control import REST_STEPS, AcceptanceTable, ForwardCosts, SpeculationController, _clamp
 
 K = 4
 
@@ -481,5 +481,4 @@ def test_judged_drafts_teach_the_table_and_the_row_factor():
                          ids=lambda p: f"p={p}")
 def test_draft_probabilities_are_clamped_as_min_max_would(p):
     # plan's inlined clamp must keep every decision what min(0.995, max(0.0, p)) made it, NaN included
-    from specdec.scheduling.control import _clamp
     assert _clamp(p) == min(0.995, max(0.0, p))

@@ -152,13 +152,6 @@ def test_stats_phases_add_up(scheduler):
         assert 0 <= s["group_rate"] <= 1 and s["groups"] == s["steps"]
 
 
-def test_a_drafter_without_a_model_reports_no_draft_prefill():
-    torch.manual_seed(51)
-    res = SpeculativeDecoder(target("llama"), NgramDrafter(), num_draft_tokens=3).generate(
-        prompts((5, 20, 2), 51), max_new_tokens=8, batch_size=2)
-    assert res.stats["draft_prefill_seconds"] == 0.0 and res.stats["catch_up_columns"] == 0
-
-
 @pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
 def test_empty_prompt_list_and_zero_new_tokens(scheduler):
     dec = decoder(target("llama"), draft("llama", "agree"), scheduler)
