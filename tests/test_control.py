@@ -194,6 +194,22 @@ def test_cheap_draft_model_is_used_and_stops_early_on_low_confidence():
     assert ctrl.keep_drafting(plan, 1, [[("model", 1)]] * 2, position_keys)
 
 
+def test_keep_drafting_follows_what_the_table_learns_between_calls_of_one_step():
+    # keep_drafting keeps the step's row factors and position priors between calls: a change of the table
+    # must still reach the next call with the same plan
+    ctrl = SpeculationController(K, draft_cost_ratio=0.05)
+    model_keys = lambda batch: [[("model", i) for i in range(1, K + 1)]] * batch  # noqa: E731
+    simulate(ctrl, 100, cheap, lambda b, i: 0.9, batch=2, keys=model_keys)
+    plan = ctrl.plan([0, 1], model_keys(2))
+    position_keys = [("model", i) for i in range(1, K + 1)]
+    drafted = [[("model", 1, "low")]] * 2
+    assert ctrl.keep_drafting(plan, 1, drafted, position_keys)  # an unseen bin borrows ("model", 1)'s 0.9
+    for _ in range(2000):
+        for i in range(2, K + 1):
+            ctrl.acceptance.observe(("model", i), False)  # the later positions never land after all
+    assert not ctrl.keep_drafting(plan, 1, drafted, position_keys)
+
+
 def _draft_model_controller(accept):
     """Batch 1, a draft model a tenth of the target's cost whose drafts land with chance `accept`; feeding 19
     columns of catch-up (N = 21) costs more than a plain step (12 ms against 10)."""
@@ -292,6 +308,17 @@ def test_costs_interpolate_and_resist_outliers():
     assert costs.estimate(1) == 1.2
     costs.observe(1, 0.1, step=500)  # re-measured long after: believed at once
     assert costs.estimate(1) == 0.1
+
+
+@pytest.mark.parametrize("samples", [(3.0,), (3.0, 1.0), (1.0, 2.0, 3.0), (3.0, 1.0, 2.0), (2.0, 3.0, 1.0),
+                                     (1.0, 3.0, 2.0), (2.0, 2.0, 1.0)], ids=lambda v: "-".join(map(str, v)))
+def test_a_cost_is_the_median_of_its_kept_samples(samples):
+    costs = ForwardCosts()
+    for step, v in enumerate(samples):
+        costs.observe(2, v, step=step)
+    ordered = sorted(samples)
+    mid = len(ordered) // 2
+    assert costs.estimate(2) == (ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2)
 
 
 def test_acceptance_shrinks_to_parents_and_fades():

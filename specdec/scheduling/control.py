@@ -103,12 +103,18 @@ class ForwardCosts:
     def observe(self, tokens: int, seconds: float, step: int = 0) -> None:
         if tokens < 1 or not seconds > 0 or not math.isfinite(seconds):
             return
-        kept = [(t, v) for t, v in self.samples.get(tokens, []) if step - t <= self.fresh][-2:]
+        old, fresh = self.samples.get(tokens), self.fresh
+        kept = [s for s in old if step - s[0] <= fresh][-2:] if old else []
         kept.append((step, seconds))
         self.samples[tokens] = kept
-        values = sorted(v for _, v in kept)
-        mid = len(values) // 2
-        self.seconds[tokens] = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        if len(kept) == 1:  # the median of the kept samples, spelled out for one, two and three
+            median = seconds
+        elif len(kept) == 2:
+            median = (kept[0][1] + seconds) / 2
+        else:
+            a, b = kept[0][1], kept[1][1]
+            median = max(min(a, b), min(max(a, b), seconds))
+        self.seconds[tokens] = median
         if tokens not in self.last_seen:
             self._sorted = sorted(self.seconds)
         self.last_seen[tokens] = step
@@ -184,6 +190,7 @@ class AcceptanceTable:
         self.counts: dict[tuple, list[float]] = {}  # key -> [accepted, verified, age clock of the last update]
         self._rates: dict[tuple, float] = {}  # rate() until the next observation or tick (plan, keep_drafting
         # and record ask for the same few keys many times a step)
+        self.version = 0  # +1 whenever a rate may change (an observation, a tick): for callers' own caches
 
     @property
     def now(self) -> float:
@@ -193,6 +200,7 @@ class AcceptanceTable:
     def now(self, value: float) -> None:
         self._now = value
         self._rates.clear()
+        self.version += 1
 
     def _faded(self, c: list[float]) -> list[float]:
         if c[2] != self._now:
@@ -217,8 +225,15 @@ class AcceptanceTable:
 
     def observe(self, key: tuple, accepted: bool) -> None:
         self._rates.clear()
+        self.version += 1
+        counts, now = self.counts, self._now
         for depth in range(1, len(key) + 1):
-            c = self._faded(self.counts.setdefault(key[:depth], [0.0, 0.0, self._now]))
+            sub = key[:depth]
+            c = counts.get(sub)
+            if c is None:
+                c = counts[sub] = [0.0, 0.0, now]
+            elif c[2] != now:
+                self._faded(c)
             c[0] += accepted
             c[1] += 1
 
@@ -294,6 +309,7 @@ class SpeculationController:
         self.predicted_seconds = 0.0
         self.judged_drafts = 0  # unverified drafts judged in hindsight (judge)
         self._rest: tuple | None = None  # (until clock, rows, keys priced): a plain step that stands (REST_GAP)
+        self._drafting: tuple | None = None  # keep_drafting's (plan, table version, position keys, factors, priors)
 
     # ------------------------------------------------------------------------------------------- costs
     def observe_target(self, tokens: int, seconds: float) -> None:
@@ -315,6 +331,9 @@ class SpeculationController:
     def _target_estimate(self, tokens: int) -> float:
         est = self.target_costs.estimate(tokens)
         return est if est is not None else MIN_SECONDS
+
+    def _draft_estimate(self, tokens: int) -> float:
+        return self.draft_costs.estimate(tokens) or MIN_SECONDS
 
     def _draft_optimistic(self, tokens: int) -> float:
         """A low but plausible cost of a draft forward over `tokens` query tokens, for exploring: its measured
@@ -419,7 +438,8 @@ class SpeculationController:
             memo = (f, id(k))
             entry = shared.get(memo) if k else NO_OFFER  # a row offering nothing expects its one token
             if entry is None:
-                p = [_clamp(f * rate(key)) for key in k[:cap]]
+                # _clamp, inlined (NaN included: 0.0)
+                p = [x if 0.0 <= (x := f * rate(key)) <= 0.995 else (0.995 if x > 0.995 else 0.0) for key in k[:cap]]
                 entry = shared[memo] = (p, self._cumulative(p))  # gains[c]: the row's expected tokens, c drafts
             probs.append(entry[0])
             group = (memo, offer[b], 1.0 if worth is None else worth[b])
@@ -442,21 +462,23 @@ class SpeculationController:
         may_explore = self._budget_left()
         draft_stale = False
         if model:
-            known = self._draft_forwards(batch, catch_up, lambda n: self.draft_costs.estimate(n) or MIN_SECONDS)
+            known = self._draft_forwards(batch, catch_up, self._draft_estimate)
             if may_explore:
-                hoped = self._draft_forwards(batch, catch_up, self._draft_optimistic)
                 age = self.draft_costs.age(batch, self.clock)  # never measured: its prior is no hope at all
                 draft_stale = age is not None and age > self.refresh_steps
+                if draft_stale:
+                    hoped = self._draft_forwards(batch, catch_up, self._draft_optimistic)
         overhead = (self._overhead(batch, False), self._overhead(batch, True))
         best = best_opt = best_spec = plain_s = None
         clock, refresh, target_seen = self.clock, self.refresh_steps, self.target_costs.last_seen
+        measured = self.target_costs.seconds  # _target_estimate's answer where N was measured (always > 0)
         for width in range(1, top + 2):
             tokens, value = totals[width - 1], values[width - 1]
             drafts = width - 1 if model else 0
             draft_s, extra = self._draft_seconds(known, drafts, catch_up, horizon) if drafts else (0.0, 0.0)
             n = batch * width
             draft_s += overhead[width > 1]
-            target_s = self._target_estimate(n)
+            target_s = measured.get(n) or self._target_estimate(n)
             est = target_s + draft_s
             # Any speculative width must beat plain by SPECULATE_MARGIN: the best of several noisy estimates is
             # biased upwards (on the demo pair's layer-skip draft at batch 2, 5.0 tokens predicted per step,
@@ -564,9 +586,16 @@ class SpeculationController:
         if drafted >= self.k:
             return False
         batch = len(plan.rows)
-        # per row, expected tokens with c drafts: its drafts so far, then the position priors for the rest
-        gains = [self._cumulative(self.probs(r, list(k[:drafted]) + list(position_keys[drafted:self.k])))
-                 for r, k in zip(plan.rows, keys)]
+        # Per row, expected tokens with c drafts: its drafts so far, then the position priors for the rest. The
+        # row factors and the position priors stand for the whole step (the tables change only in record):
+        # computed on the step's first call (the draft model asks after every draft).
+        memo, ahead = self._drafting, list(position_keys[:self.k])
+        if memo is None or memo[0] is not plan or memo[1] != self.acceptance.version or memo[2] != ahead:
+            factors = [self._row_factor(r) for r in plan.rows]
+            memo = self._drafting = (plan, self.acceptance.version, ahead, factors,
+                                     [self.probs(None, ahead, f) for f in factors])
+        gains = [self._cumulative(self.probs(None, k[:drafted], f) + p[drafted:])
+                 for k, f, p in zip(keys, memo[3], memo[4])]
         value = plan.predicted_value if plan.worth is not None else plan.predicted_tokens
         rate = value / plan.predicted_seconds if plan.predicted_seconds > 0 else 0.0
         worth = plan.worth or [1.0] * batch
