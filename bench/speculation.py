@@ -38,6 +38,8 @@ def main(argv=None) -> int:
     p.add_argument("--min-seconds", type=float, default=0.0,
                    help="repeat a cell past --repeats until plain has run this long (short cells are noisiest)")
     p.add_argument("--no-fixed", action="store_true", help="skip the fixed-K runs")
+    p.add_argument("--noise-gauge", action="store_true",
+                   help="add a second plain decoder per cell: its ratio to plain reads the cell's noise")
     p.add_argument("--transformers", action="store_true", help="also time transformers' own generate")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="see specdec.apps.speed.measure")
@@ -75,7 +77,7 @@ def main(argv=None) -> int:
     rows = measure(target, factories, categories, args.batch_sizes, max_new=args.max_new_tokens, k=args.k,
                    repeats=args.repeats, fixed=not args.no_fixed, transformers=args.transformers,
                    assistants=assistants, show=lambda line: print(line, flush=True), clock=args.clock,
-                   min_seconds=args.min_seconds)
+                   min_seconds=args.min_seconds, noise_gauge=args.noise_gauge)
     report("speed-up over the engine's plain batched decoding at the same batch size", table(rows), args.json,
            header, rows)
     return 0

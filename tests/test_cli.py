@@ -17,7 +17,7 @@ from specdec.apps.cli import main
 from specdec.apps.prompts import load_prompts
 from specdec.apps.real_demo import run_real_demo
 from specdec.apps.report import merge_stats
-from specdec.apps.speed import measure, paired_speedup
+from specdec.apps.speed import NOISE_GAUGE, measure, paired_speedup, table
 from specdec.drafting.ngram import NgramDrafter
 from specdec.models.hf import load_causal_lm
 
@@ -417,6 +417,21 @@ def test_speed_ups_are_medians_of_each_repeats_own_ratio(tiny_folder):
         assert len(row["repeat_seconds"]) == 3 and row["seconds"] == pytest.approx(sum(row["repeat_seconds"]))
         assert row["speedup"] == paired_speedup(plain, row["repeat_seconds"]) == row["cpu_speedup"]
         assert row["speedup_of_totals"] == pytest.approx(sum(plain) / row["seconds"])
+
+
+def test_the_noise_gauge_is_a_second_plain_decoder_measured_like_the_rest(tiny_folder):
+    model, tokenizer = load_causal_lm(tiny_folder)
+    torch.manual_seed(0)
+    cells = {"c": [[3, 4, 3, 4, 3], [5, 6]]}
+    rows = measure(model, {"n-gram": NgramDrafter}, cells, [2], max_new=3, repeats=3, show=lambda line: None,
+                   clock="cpu", noise_gauge=True)
+    by = {r["run"]: r for r in rows}
+    assert NOISE_GAUGE in by and by[NOISE_GAUGE]["exact"] and by[NOISE_GAUGE]["mean_width"] is None
+    assert by[NOISE_GAUGE]["speedup"] == paired_speedup(by["plain"]["repeat_seconds"],
+                                                        by[NOISE_GAUGE]["repeat_seconds"])
+    assert f"| {NOISE_GAUGE} | 2 |" in table(rows)
+    rows = measure(model, {"n-gram": NgramDrafter}, cells, [2], max_new=3, repeats=1, show=lambda line: None)
+    assert NOISE_GAUGE not in {r["run"] for r in rows}
 
 
 def test_short_cells_repeat_until_plain_has_run_min_seconds(tiny_folder):

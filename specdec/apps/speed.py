@@ -31,6 +31,7 @@ import torch
 from ..decoder import SpeculativeDecoder
 
 Factory = Callable[[], object]  # makes a drafter (a model or a drafter object)
+NOISE_GAUGE = "plain again (noise gauge)"
 
 
 def trim_after_eos(tokens: list[int], eos: set[int]) -> list[int]:
@@ -101,7 +102,8 @@ class TransformersRun:
 def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes, *, max_new: int = 64, k: int = 4,
             repeats: int = 2, scheduler: str = "eqspec", fixed: bool = True, transformers: bool = False,
             assistants: dict | None = None, show=print, sequences: dict | None = None,
-            clock: str = "wall", min_seconds: float = 0.0, max_repeats: int | None = None) -> list[dict]:
+            clock: str = "wall", min_seconds: float = 0.0, max_repeats: int | None = None,
+            noise_gauge: bool = False) -> list[dict]:
     """Rows {category, batch_size, run, seconds, tokens_per_s, speedup, ...}; categories: {name: [token ids]}.
 
     clock: what `seconds` and `speedup` count: "wall" time, or the process's "cpu" time (with one torch thread,
@@ -114,7 +116,10 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
 
     min_seconds: a cell repeats past `repeats` until plain decoding has run this long in all (on `clock`), up to
     `max_repeats` (default 8 x repeats): a short cell's ratios are the noisiest (a run of a few hundred ms
-    meets one spell of the machine or another), and its extra repeats are cheap."""
+    meets one spell of the machine or another), and its extra repeats are cheap.
+
+    noise_gauge: add NOISE_GAUGE, a second plain decoder measured like every other run: its speed-up over plain
+    is 1 by construction, so what it reads is the cell's noise, the yardstick for every other row of the cell."""
     if clock not in ("wall", "cpu"):
         raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
     if repeats < 1:
@@ -129,6 +134,8 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
     for category, ids in categories.items():
         for batch_size in batch_sizes:
             runs: dict[str, object] = {"plain": EngineRun(target, None, True, k, scheduler)}
+            if noise_gauge:
+                runs[NOISE_GAUGE] = EngineRun(target, None, True, k, scheduler)
             for name, make in drafters.items():
                 runs[f"{name}, adaptive"] = EngineRun(target, make(), True, k, scheduler)
                 if fixed:
