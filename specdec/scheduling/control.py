@@ -438,8 +438,7 @@ class SpeculationController:
             memo = (f, id(k))
             entry = shared.get(memo) if k else NO_OFFER  # a row offering nothing expects its one token
             if entry is None:
-                # _clamp, inlined (NaN included: 0.0)
-                p = [x if 0.0 <= (x := f * rate(key)) <= 0.995 else (0.995 if x > 0.995 else 0.0) for key in k[:cap]]
+                p = [_clamp(f * rate(key)) for key in k[:cap]]
                 entry = shared[memo] = (p, self._cumulative(p))  # gains[c]: the row's expected tokens, c drafts
             probs.append(entry[0])
             group = (memo, offer[b], 1.0 if worth is None else worth[b])
