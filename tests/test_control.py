@@ -397,9 +397,9 @@ def _plain_by_a_wide_margin(batch=4):
         for j in range(200):
             ctrl.acceptance.observe(("ngram", 1, i), j % 20 == 0)
             ctrl.acceptance.observe(("ngram", 4, i), j % 40 != 0)
-    for n in range(1, batch * (K + 1) + 1):  # every width measured: nothing to explore
-        ctrl.observe_target(n, 0.01 if n <= batch else 0.014 + 0.00025 * (n - 2 * batch))
     ctrl.clock = 10
+    for n in range(1, batch * (K + 1) + 1):  # every width measured (fresh for 32 steps): nothing to explore
+        ctrl.observe_target(n, 0.01 if n <= batch else 0.014 + 0.00025 * (n - 2 * batch))
     return ctrl
 
 
@@ -446,6 +446,111 @@ def test_a_rest_ends_at_once_when_the_offer_or_the_rows_change(change):
     assert calls, "the step was not priced"
     if change == "stronger offer":
         assert plan.width > 1 and plan.num_draft[-1] > 0
+
+
+def test_a_rest_ends_where_a_priced_width_turns_stale():
+    # width 2's cost was measured 28 steps before the rest began: it turns stale (refresh_steps = 32) 5 steps
+    # later, in the middle of what would be a rest, and the plan there is priced (an exploration may be due)
+    batch = 4
+    ctrl = _plain_by_a_wide_margin(batch)
+    ctrl.target_costs.last_seen[2 * batch] = ctrl.clock - 28
+    stale_at = ctrl.clock - 28 + ctrl.refresh_steps + 1
+    assert stale_at < ctrl.clock + REST_STEPS
+    calls = _count_pricing(ctrl)
+    weak = ngram_keys(batch, n=1)
+    priced = {}
+    for _ in range(REST_STEPS + 2):
+        clock, before = ctrl.clock, len(calls)
+        assert ctrl.plan(list(range(batch)), weak).width == 1
+        priced[clock] = len(calls) > before
+        ctrl.observe_target(batch, 0.01)
+    assert [c for c, p in priced.items() if p] == [10, stale_at], priced
+
+
+def _plain_whatever_is_offered(batch=4):
+    """Books on which no offer of the kinds seen could pay: every key seen lands at most 6% of the time."""
+    ctrl = SpeculationController(K)
+    for n in (1, 2, 4):
+        for i in range(1, K + 1):
+            for j in range(200):
+                ctrl.acceptance.observe(("ngram", n, i), j % 20 == 0 or (n == 4 and j % 100 == 1))
+    ctrl.clock = 10
+    for n in range(1, batch * (K + 1) + 1):
+        ctrl.observe_target(n, 0.01 if n <= batch else 0.014 + 0.00025 * (n - 2 * batch))
+    return ctrl
+
+
+def _count_full_plans(ctrl):
+    """A list that grows whenever a plan is worked out in full (a rest returns before pricing overheads)."""
+    calls = []
+    overhead = ctrl._overhead
+    ctrl._overhead = lambda *a, **k: calls.append(1) or overhead(*a, **k)
+    return calls
+
+
+def test_a_rest_stands_for_new_offers_that_could_not_pay():
+    # n-gram offers change every step (new matches, other lengths). Where every row offering K drafts at the
+    # table's rates could not pay, they do not end the rest; a draft seen accepted does (a row's factor may
+    # have risen), and so does a key of a kind the table has never seen (it rates as the root prior, 0.5).
+    batch = 4
+    ctrl = _plain_whatever_is_offered(batch)
+    rows = list(range(batch))
+    assert ctrl.plan(rows, ngram_keys(batch, n=1)).width == 1
+    assert ctrl._rest is not None and ctrl._rest[3] is not None
+    full = _count_full_plans(ctrl)
+    for n in (2, 4, 1):
+        assert ctrl.plan(rows, [[], *ngram_keys(batch - 1, n=n)]).width == 1
+    assert not full, "a new offer within the limits ended the rest"
+    ctrl.judge([(0, [("ngram", 1, 1)], 0)])  # a miss: the rest stands
+    ctrl.plan(rows, ngram_keys(batch, n=3))
+    assert not full
+    ctrl.judge([(0, [("ngram", 1, 1)], 1)])  # a hit
+    ctrl.plan(rows, ngram_keys(batch, n=3))
+    assert full, "a draft seen accepted did not end the rest"
+    full.clear()
+    assert ctrl._rest is not None
+    ctrl.plan(rows, [[("other", 1, 1)]] * batch)
+    assert full, "a key of an unseen kind did not end the rest"
+
+
+def test_a_rest_counts_what_every_new_offer_adds_against_the_slack_plain_won_by():
+    # 3-gram drafts land half the time: one row offering them adds less than the slack plain won by at batch 4
+    # (0.45 expected tokens at width 2 against 0.7); two rows add more, and the step is priced again
+    batch = 4
+    ctrl = _plain_whatever_is_offered(batch)
+    for j in range(40):
+        for i in range(1, K + 1):
+            ctrl.acceptance.observe(("ngram", 3, i), j % 2 == 0)
+    rows, weak, half = list(range(batch)), ngram_keys(batch, n=1), ngram_keys(batch, n=3)
+    assert ctrl.plan(rows, weak).width == 1 and ctrl._rest[3] is not None
+    full = _count_full_plans(ctrl)
+    ctrl.plan(rows, [half[0], *weak[1:]])
+    assert not full, "one row's new offer within the slack ended the rest"
+    ctrl.plan(rows, [half[0], half[1], *weak[2:]])
+    assert full, "two rows' new offers beyond the slack did not end the rest"
+
+
+def test_a_draft_model_rest_covers_only_what_was_priced():
+    # a draft model's position keys are the same every step; its rest has no limits (they would not count the
+    # draft forwards' cost), so another key list ends it
+    batch = 2
+    ctrl = SpeculationController(K, draft_cost_ratio=0.3)
+    positions = [[("model", i) for i in range(1, K + 1)]] * batch
+    for i in range(1, K + 1):
+        for j in range(200):
+            ctrl.acceptance.observe(("model", i), j % 20 == 0)
+    ctrl.clock = 10
+    for n in range(1, batch * (K + 2) + 1):
+        ctrl.observe_target(n, 0.01 if n <= batch else 0.02)
+        ctrl.observe_draft(n, 0.005)
+    rows = list(range(batch))
+    assert ctrl.plan(rows, positions).width == 1
+    assert ctrl._rest is not None and ctrl._rest[3] is None
+    full = _count_full_plans(ctrl)
+    ctrl.plan(rows, positions)
+    assert not full
+    ctrl.plan(rows, [[("model", 9)]] * batch)
+    assert full
 
 
 def test_a_rest_covers_rows_offering_less_than_was_priced():

@@ -64,12 +64,19 @@ PLAIN_FADE = 0.3  # how far a plain step ages the acceptance table, in verified 
 PAYBACK_STEPS = 8
 PLAIN_FIRST = 3  # a new controller's first steps are plain: they measure what speculation must beat
 # A plain step chosen by a wide margin (plain's rate at least REST_GAP above the best speculative width's, and
-# above what any exploration could hope for) stands for the next REST_STEPS - 1 steps of the same rows, unless
-# a row offers drafts the plan did not price. Planning costs about 100 us in situ (cold caches after a
-# forward): 1% of a step on the demo pair. Within a few steps of a wide margin nothing it learns (the plain cost,
-# a slow fade of the acceptance table) can close the gap, so the saving costs at most a few steps' delay.
+# REST_EXPLORE_GAP above what any exploration could hope for) stands for up to REST_STEPS - 1 steps of the same
+# rows (fewer where a cost turns stale or the exploration budget refills), unless a row offers drafts the plan
+# did not price (an n-gram drafter's: that add more than the plain step's slack, _rest_after).
+# Planning costs about 100 us in situ (cold caches after a forward): 1% of a step on the demo pair. Within a
+# few steps of a wide margin nothing it learns (the plain cost, a slow fade of the acceptance table) can close
+# the gap, so the saving costs at most a few steps' delay.
 REST_GAP = 0.2
-REST_STEPS = 4
+REST_STEPS = 8
+# The gap a rest needs over an exploration, which delayed by a rest costs only the delay of what it would
+# measure. On the demo pair's layer-skip draft in a plain spell at batch 4, the hoped-for exploration sat 5-6%
+# short of its trigger for hundreds of steps (pinned there by the floors of its hoped costs), and under a gap of
+# REST_GAP each of those steps was priced in full: 110 us, 1% of a step.
+REST_EXPLORE_GAP = 0.03
 
 
 NO_OFFER = ([], [1.0])  # plan's (p, gains) of a row that offers no drafts (no n-gram match): its one token
@@ -191,6 +198,7 @@ class AcceptanceTable:
         self._rates: dict[tuple, float] = {}  # rate() until the next observation or tick (plan, keep_drafting
         # and record ask for the same few keys many times a step)
         self.version = 0  # +1 whenever a rate may change (an observation, a tick): for callers' own caches
+        self.accepted = 0  # accepted drafts observed: a rate may have risen
 
     @property
     def now(self) -> float:
@@ -236,6 +244,7 @@ class AcceptanceTable:
                 self._faded(c)
             c[0] += accepted
             c[1] += 1
+        self.accepted += accepted
 
 
 @dataclass
@@ -524,12 +533,8 @@ class SpeculationController:
         if explore:
             self.explore_spent += choice[5]
         elif choice[1] == 1:
-            # the rivals: the best speculative width, and how near an exploration came to being taken
-            rival = best_spec[0] if best_spec is not None else 0.0
-            if best_opt is not None:
-                rival = max(rival, best_opt[0] / (1 + EXPLORE_GAIN))
-            if plain_option[0] > rival * (1 + REST_GAP):
-                self._rest = (self.clock + REST_STEPS, list(rows), [list(k[:self.k]) for k in keys])
+            self._rest = self._rest_after(plain_option[0], best_spec, best_opt, rows, keys, probs, values, top,
+                                          may_explore, worth)
         counts = [min(n, choice[1] - 1) for n in offer]
         plan = Plan(choice[1], counts, choice[2], choice[3], explore=explore,
                     probs=[p[:c] for p, c in zip(probs, counts)], worth=worth, predicted_value=choice[4])
@@ -550,19 +555,85 @@ class SpeculationController:
         extra = draft_s - (first_caught_up + (drafts - 1) * rest) if catch_up else 0.0
         return draft_s - extra * (1 - 1 / max(1.0, min(horizon, PAYBACK_STEPS))), extra
 
+    def _rest_after(self, plain_rate, best_spec, best_opt, rows, keys, probs, values, top, may_explore, worth):
+        """The rest that a plain step chosen by a wide margin begins (see REST_GAP), or None: (the clock it ends
+        at, its rows, the offers priced, the slack (None: none) and what a new offer is measured by, the
+        acceptance table's count of accepted drafts).
+
+        It ends after REST_STEPS, or sooner where a fresh cost of a priced width turns stale or the exploration
+        budget refills, since either may make an exploration due. A drafter without a draft model (n-gram)
+        offers other keys every step, and each would end a rest: there the rest also stands while what new
+        offers add to the expected value of each width fits in the slack the plain step won by (_rest_slack),
+        until a draft is seen accepted (a row factor may have risen)."""
+        if best_spec is not None and plain_rate < best_spec[0] * (1 + REST_GAP):
+            return None
+        if best_opt is not None and plain_rate < best_opt[0] / (1 + EXPLORE_GAIN) * (1 + REST_EXPLORE_GAP):
+            return None
+        clock, refresh, batch = self.clock, self.refresh_steps, len(rows)
+        slack = None if self.draft_costs is not None else self._rest_slack(rows, probs, values, top, plain_rate,
+                                                                             worth, may_explore)
+        until = clock + REST_STEPS
+        seen = self.target_costs.last_seen
+        stamps = [seen.get(batch * w) for w in range(2, (self.k if slack else top) + 2)]
+        if self.draft_costs is not None:
+            stamps.append(self.draft_costs.last_seen.get(batch))  # plan's draft_stale: the age at N = batch
+        for s in stamps:
+            if s is not None and clock - s <= refresh:
+                until = min(until, s + refresh + 1)
+        if not may_explore and self.explore_share > 0:  # the first step whose plan may explore again
+            due = (self.explore_spent + 1 - self.warmup_explore) / self.explore_share - self.steps
+            until = min(until, clock + max(1, math.ceil(due)))
+        return until, list(rows), [list(k[:self.k]) for k in keys], slack, self.acceptance.accepted
+
+    def _rest_slack(self, rows, probs, values, top, plain_rate, worth, may_explore):
+        """(per draft count c = 1..K, how much more expected value (tokens, weighed by worth) a plan could see
+        and still rest at width c + 1; per row its factor, worth and expected tokens by draft count as priced),
+        or None where no width has slack. Margins as in plan: a speculative width must beat plain by
+        SPECULATE_MARGIN and the rest's REST_GAP, an exploration its hoped cost by EXPLORE_GAIN and
+        REST_EXPLORE_GAP. For a drafter without a draft model: the forwards are the target's alone."""
+        batch, k, clock, refresh, costs = len(rows), self.k, self.clock, self.refresh_steps, self.target_costs
+        overhead = self._overhead(batch, True)
+        slack = []
+        for width in range(2, k + 2):
+            n = batch * width
+            cap = (self._target_estimate(n) + overhead) * (1 + SPECULATE_MARGIN) / (1 + REST_GAP)
+            if may_explore and self._stale(costs, n):
+                opt = (costs.optimistic(n, clock, refresh) or MIN_SECONDS) + overhead
+                cap = min(cap, opt * (1 + EXPLORE_GAIN) / (1 + REST_EXPLORE_GAP))
+            room = cap * plain_rate - values[min(width - 1, top)]
+            if room <= 0:
+                return None
+            slack.append(room)
+        worth = [1.0] * batch if worth is None else worth
+        return slack, [self._row_factor(r) for r in rows], worth, [self._cumulative(p) for p in probs]
+
     def _resting(self, rows, keys) -> bool:
-        """Whether the plain step that began a rest still stands for these rows and offers (see REST_GAP): the
+        """Whether the plain step that began a rest still stands for these rows and offers (see _rest_after): the
         same rows, every row offering a prefix of what was priced (a draft model offers the same position keys
-        every step; an n-gram row without a match offers nothing)."""
-        until, rested, priced = self._rest
+        every step; an n-gram row without a match offers nothing), or offers adding no more than the slack."""
+        until, rested, priced, slack, accepted = self._rest
         if self.clock >= until or len(rows) != len(rested) or list(rows) != rested:
             self._rest = None
             return False
-        for k, p in zip(keys, priced):
+        extra = None
+        for b, (k, p) in enumerate(zip(keys, priced)):
             n = min(len(k), self.k)
             if n and (n > len(p) or list(k[:n]) != p[:n]):
-                self._rest = None
-                return False
+                if slack is None or self.acceptance.accepted != accepted:
+                    self._rest = None
+                    return False
+                room, factors, worth, gains = slack
+                if extra is None:
+                    extra = [0.0] * self.k
+                now = self._cumulative(self.probs(None, k[:n], factors[b]))
+                old, v = gains[b], worth[b]
+                for c in range(1, self.k + 1):
+                    more = now[min(c, n)] - old[min(c, len(old) - 1)]
+                    if more > 0:
+                        extra[c - 1] += v * more
+                        if extra[c - 1] > room[c - 1]:
+                            self._rest = None
+                            return False
         return True
 
     def _finish(self, plan: Plan, rows, keys) -> Plan:
