@@ -1,0 +1,171 @@
+"""The speculation controller's two online estimates: what a forward costs by its query-token count
+(ForwardCosts) and how likely a draft is accepted by its feature key (AcceptanceTable). Both are plain
+bookkeeping with no decisions in them; specdec.scheduling.control decides from what they answer."""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+# How much an old cost measurement is trusted less, per `fresh` steps of age (ForwardCosts.optimistic).
+STALE_DISCOUNT = 0.8
+
+
+class ForwardCosts:
+    """Seconds of one forward pass of a model, by the number of query tokens N it carries (rows x new columns).
+
+    Each measured N keeps its last three samples and answers their median, so one stall on a shared machine
+    does not swing a decision; samples older than `fresh` steps are dropped when a new one arrives, so a cost
+    that changed (longer contexts, another load on the machine) is believed at once when it is re-measured.
+    Unmeasured N are interpolated linearly between measured neighbours and extrapolated beyond the largest
+    measured N as cost(N_max) * (N / N_max) ** growth (linear by default: a prefill-sized catch-up costs about
+    its tokens on a CPU; pessimism there only makes exploring rarer). `prior(N)` answers when nothing is measured.
+    """
+
+    def __init__(self, prior=None, growth: float = 1.0, fresh: int = 64):
+        self.prior = prior
+        self.growth = growth
+        self.fresh = fresh
+        self.samples: dict[int, list[tuple[int, float]]] = {}
+        self.seconds: dict[int, float] = {}
+        self.last_seen: dict[int, int] = {}
+        self._sorted: list[int] = []
+
+    def observe(self, tokens: int, seconds: float, step: int = 0) -> None:
+        if tokens < 1 or not seconds > 0 or not math.isfinite(seconds):
+            return
+        old, fresh = self.samples.get(tokens), self.fresh
+        kept = [s for s in old if step - s[0] <= fresh][-2:] if old else []
+        kept.append((step, seconds))
+        self.samples[tokens] = kept
+        if len(kept) == 1:  # the median of the kept samples, spelled out for one, two and three
+            median = seconds
+        elif len(kept) == 2:
+            median = (kept[0][1] + seconds) / 2
+        else:
+            a, b = kept[0][1], kept[1][1]
+            median = max(min(a, b), min(max(a, b), seconds))
+        self.seconds[tokens] = median
+        if tokens not in self.last_seen:
+            self._sorted = sorted(self.seconds)
+        self.last_seen[tokens] = step
+
+    def known(self, tokens: int) -> bool:
+        return tokens in self.seconds
+
+    def age(self, tokens: int, step: int) -> int | None:
+        seen = self.last_seen.get(tokens)
+        return None if seen is None else step - seen
+
+    def estimate(self, tokens: int) -> float | None:
+        """Best guess in seconds, or None when nothing (not even a prior) is known."""
+        if tokens in self.seconds:
+            return self.seconds[tokens]
+        known = self._sorted
+        if not known:
+            return self.prior(tokens) if self.prior is not None else None
+        i = bisect.bisect_left(known, tokens)  # tokens itself is not measured: known[i - 1] < tokens < known[i]
+        lo = known[i - 1] if i > 0 else None
+        hi = known[i] if i < len(known) else None
+        if lo is not None and hi is not None:
+            t = (tokens - lo) / (hi - lo)
+            return self.seconds[lo] + t * (self.seconds[hi] - self.seconds[lo])
+        if lo is not None:
+            return self.seconds[lo] * (tokens / lo) ** self.growth
+        return self.seconds[hi]  # below every measured N: no cheaper than nothing, no dearer than the smallest
+
+    def optimistic(self, tokens: int, step: int = 0, fresh: int | None = None) -> float | None:
+        """A low but plausible cost for N = tokens. Never measured: what the largest smaller N measured within
+        the last `fresh` steps costs (a forward over more tokens is rarely cheaper), or STALE_DISCOUNT of the
+        interpolated estimate if that is lower. Measured: its own cost discounted by STALE_DISCOUNT for every
+        `fresh` steps since (a cost measured long ago, or cold at the start of a run, may have been too high,
+        the more so the older it is), but no lower than that smaller N's. So a width once measured dear becomes
+        worth re-measuring only slowly, the dearer it was the later, and eventually any width is."""
+        own = self.estimate(tokens)
+        seen = self.last_seen.get(tokens)
+        if own is not None:
+            own *= STALE_DISCOUNT ** (1.0 if seen is None or not fresh else max(1.0, (step - seen) / fresh))
+        # the largest smaller N measured within `fresh` steps (a plain loop: plan asks this for every width)
+        known, last_seen = self._sorted, self.last_seen
+        i = bisect.bisect_left(known, tokens)
+        lower = None
+        while i > 0:
+            i -= 1
+            if fresh is None or step - last_seen[known[i]] <= fresh:
+                lower = known[i]
+                break
+        if lower is None:
+            return own
+        bound = self.seconds[lower]
+        if own is None:
+            return bound
+        return max(own, bound) if seen is not None else min(own, bound)
+
+
+class AcceptanceTable:
+    """P(a draft is accepted | every draft before it in its row was), per feature key, as Beta posterior means
+    shrunk hierarchically: a key (a, b, c) borrows `strength` pseudo-counts from (a, b), which borrows from (a,),
+    which borrows from the root prior. Evidence fades by `decay` per step that verified drafts, so the table
+    follows a drafter whose luck changes (a new topic, a batch of different prompts) within a few hundred steps,
+    and by decay ** PLAIN_FADE (specdec.scheduling.control) per plain step. Slower there because a plain step
+    brings no evidence: at the full rate, a drafter that rarely lands would fade back to the optimistic root prior within a hundred plain steps
+    and be tried again and again. tests/test_control.py's scripts, at batch 1: 20 exploration steps in 600 at 3%
+    acceptance with the full rate, 5 with 0.3; and a change to cheap verification and landing drafts after 300
+    such steps is found 116 steps later (308 with the full rate, whose budget was spent; never with 0.1)."""
+
+    def __init__(self, root: float = 0.5, strength: float = 2.0, decay: float = 0.99):
+        self.root = root
+        self.strength = strength
+        self.decay = decay
+        self._now = 0.0  # the age clock: +1 per verified step, +PLAIN_FADE per plain step
+        self.counts: dict[tuple, list[float]] = {}  # key -> [accepted, verified, age clock of the last update]
+        self._rates: dict[tuple, float] = {}  # rate() until the next observation or tick (plan, keep_drafting
+        # and record ask for the same few keys many times a step)
+        self.version = 0  # +1 whenever a rate may change (an observation, a tick): for callers' own caches
+        self.accepted = 0  # accepted drafts observed: a rate may have risen
+
+    @property
+    def now(self) -> float:
+        return self._now
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self._now = value
+        self._rates.clear()
+        self.version += 1
+
+    def _faded(self, c: list[float]) -> list[float]:
+        if c[2] != self._now:
+            f = self.decay ** (self._now - c[2])
+            c[0] *= f
+            c[1] *= f
+            c[2] = self._now
+        return c
+
+    def rate(self, key: tuple) -> float:
+        p = self._rates.get(key)
+        if p is not None:
+            return p
+        p = self.root
+        for depth in range(1, len(key) + 1):
+            c = self.counts.get(key[:depth])
+            if c is not None:
+                c = self._faded(c)
+                p = (c[0] + self.strength * p) / (c[1] + self.strength)
+        self._rates[key] = p
+        return p
+
+    def observe(self, key: tuple, accepted: bool) -> None:
+        self._rates.clear()
+        self.version += 1
+        counts, now = self.counts, self._now
+        for depth in range(1, len(key) + 1):
+            sub = key[:depth]
+            c = counts.get(sub)
+            if c is None:
+                c = counts[sub] = [0.0, 0.0, now]
+            elif c[2] != now:
+                self._faded(c)
+            c[0] += accepted
+            c[1] += 1
+        self.accepted += accepted
