@@ -1,0 +1,114 @@
+"""Did a controller change help? The working tree's speculation controller against the one at a git revision,
+side by side in one process on the demo pair, with fixed K and plain decoding beside them.
+
+    python bench/controller_ab.py --rev HEAD~1 --category math --batch-size 4 --repeats 15
+
+Each repeat runs every decoder once in a seeded shuffled order (fresh decoders per process, so the controllers
+learn from the same start); a speed-up is the median over repeats of plain's CPU time over the decoder's in the
+same repeat. One cell of bench/speculation.py is path-dependent (a noisy early sample can keep a controller plain
+for a whole call), so a change is read here, two controllers under the same noise, not across two table runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+from specdec.apps.prompts import by_category, encode, load_prompt_records
+from specdec.decoder import SpeculativeDecoder
+from specdec.drafting.ngram import NgramDrafter
+from specdec.models.demo import build_default_pair
+
+
+def controller_at(rev: str) -> type:
+    """SpeculationController as specdec/scheduling/control.py defines it at git revision `rev`. It is loaded as a
+    module of the current specdec.scheduling package, so its relative imports resolve to today's modules."""
+    try:
+        source = subprocess.run(["git", "show", f"{rev}:specdec/scheduling/control.py"], check=True,
+                                capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout
+    except subprocess.CalledProcessError as e:
+        raise ValueError(f"rev {rev!r}: git show failed: {e.stderr.strip()}") from None
+    name = "specdec.scheduling._control_at_" + "".join(c if c.isalnum() else "_" for c in rev)
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location(name, f.name)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module.SpeculationController
+
+
+def measure(target, make_drafter, ids, batch_size: int, old_controller: type, *, repeats: int, max_new: int,
+            k: int = 4, seed: int = 0) -> dict:
+    """{decoder: {speedup, mean_width, explore_steps, control_us_per_step, exact}} for plain, the working tree's
+    controller ("new"), the revision's ("old") and fixed K; make_drafter() gives each its own drafter."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    decoders = {"plain": SpeculativeDecoder(target, None, scheduler="autoregressive"),
+                "new": SpeculativeDecoder(target, make_drafter(), num_draft_tokens=k),
+                "old": SpeculativeDecoder(target, make_drafter(), num_draft_tokens=k),
+                "fixed": SpeculativeDecoder(target, make_drafter(), num_draft_tokens=k, adaptive=False)}
+    new = decoders["new"].controller
+    decoders["old"].controller = old_controller(k, draft_cost_ratio=new.draft_ratio)
+    seconds = {n: [] for n in decoders}
+    stats = {n: [] for n in decoders}
+    outputs = {}
+    order = random.Random(seed)
+    for _ in range(repeats):
+        for name in order.sample(list(decoders), len(decoders)):
+            c = time.process_time()
+            res = decoders[name].generate(ids, max_new_tokens=max_new, batch_size=batch_size)
+            seconds[name].append(time.process_time() - c)
+            stats[name].append(res.stats)
+            outputs[name] = res.sequences
+    out = {}
+    for name in decoders:
+        st = stats[name]
+        steps = sum(s["steps"] for s in st)
+        out[name] = {
+            "speedup": statistics.median(p / q for p, q in zip(seconds["plain"], seconds[name])),
+            "mean_width": statistics.mean(s.get("mean_width", 1.0) for s in st),
+            "explore_steps": sum(s.get("explore_steps", 0) for s in st),
+            "control_us_per_step": 1e6 * sum(s.get("control_seconds", 0.0) for s in st) / max(1, steps),
+            "exact": outputs[name] == outputs["plain"],
+        }
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rev", default="HEAD~1", help="git revision of the controller to compare with")
+    p.add_argument("--category", default="math")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--drafter", choices=("layerskip", "ngram"), default="layerskip")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    old = controller_at(args.rev)
+    target, layerskip, tokenizer = build_default_pair()
+    ids = encode(tokenizer, by_category(load_prompt_records(None))[args.category], False)
+    make = (lambda: layerskip) if args.drafter == "layerskip" else NgramDrafter
+    rows = measure(target, make, ids, args.batch_size, old, repeats=args.repeats, max_new=args.max_new_tokens)
+    print(f"demo pair, {args.category}: {len(ids)} prompts, batch {args.batch_size}, {args.drafter}, "
+          f"{args.max_new_tokens} new tokens, {args.repeats} repeats, {args.threads} thread(s), process CPU time; "
+          f"new = working tree, old = {args.rev}\n")
+    print(f"{'decoder':8s} {'x plain':>8s} {'width':>6s} {'explore':>8s} {'control us/step':>16s} exact")
+    for name, r in rows.items():
+        print(f"{name:8s} {r['speedup']:8.3f} {r['mean_width']:6.2f} {r['explore_steps']:8d} "
+              f"{r['control_us_per_step']:16.1f} {r['exact']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
