@@ -290,6 +290,39 @@ def test_a_stale_draft_as_dear_as_the_target_is_not_hoped_cheaper_than_it():
     assert set(widths) == {1}, widths
 
 
+def _draft_timed_only_at_two(ratio):
+    """Batch 1, everything fresh: the target at 10 ms + 0.5 ms a column, drafts landing 80%, and the draft model
+    timed only at N = 2 (8 ms: a noisy early sample), as after width-2 steps, which run only the first draft
+    forward (the last token and one draft)."""
+    ctrl = SpeculationController(K, draft_cost_ratio=ratio)
+    ctrl.clock = 10
+    for n in range(1, K + 2):
+        ctrl.target_costs.observe(n, 0.010 + 0.0005 * (n - 1), ctrl.clock)
+    ctrl.draft_costs.observe(2, 0.008, ctrl.clock)
+    for i in range(1, K + 1):
+        for j in range(100):
+            ctrl.acceptance.observe(("model", i), j % 10 < 8)
+    return ctrl
+
+
+def test_a_draft_forward_never_timed_at_its_own_n_is_hoped_at_its_prior():
+    # Believed, N = 1 costs what N = 2 was timed at (8 ms): plain wins (width 2: 18.5 ms for 1.8 tokens), and
+    # hoped at 0.8 of that (ForwardCosts.optimistic) width 5 still does not win by the exploration's 10%, so
+    # N = 1 is never timed. Hoped at its prior (a tenth of the target's cost), width 5 would win by far:
+    # explored once, and then believed as timed.
+    keys = [[("model", i) for i in range(1, K + 1)]]
+    ctrl = _draft_timed_only_at_two(0.1)
+    plan = ctrl.plan([0], keys)
+    assert plan.explore and plan.width > 2, plan
+    ctrl = _draft_timed_only_at_two(0.1)
+    ctrl.draft_costs.observe(1, 0.008, ctrl.clock)  # timed: it is as dear as it looked
+    plan = ctrl.plan([0], keys)
+    assert plan.plain and not plan.explore, plan
+    ctrl = _draft_timed_only_at_two(1.0)  # a draft as dear as the target: its prior is no hope
+    plan = ctrl.plan([0], keys)
+    assert plan.plain and not plan.explore, plan
+
+
 def test_fixed_k_when_disabled():
     ctrl = SpeculationController(K, enabled=False)
     widths = simulate(ctrl, 20, dear, lambda b, i: 0.0)

@@ -193,8 +193,14 @@ class SpeculationController:
         draft forward timed at 2.49 ms in a slow spell of the machine (1.3-1.5 ms otherwise) was believed for
         700 plain steps, and with it no width could win; a draft as dear as the target (its prior) still can
         never pay."""
-        own = self.draft_costs.optimistic(tokens, self.clock, self.refresh_steps)
+        costs = self.draft_costs
         floor = self.draft_ratio * self._target_estimate(tokens)
+        if not costs.known(tokens) and (not costs._sorted or costs._sorted[0] > tokens):
+            # Never measured, and only larger N were: the estimate from above is one early sample or two, and
+            # believed it kept a draft at batch 1 from ever being tried wide (a width-2 step times only the first
+            # draft forward, N = 2, at 3.85 ms in a noisy start; N = 1 costs 2.4 ms), so its hope is the prior.
+            return floor
+        own = costs.optimistic(tokens, self.clock, self.refresh_steps)
         return floor if own is None else max(own, floor)
 
     # ------------------------------------------------------------------------------------------- acceptance
@@ -313,8 +319,10 @@ class SpeculationController:
         if model:
             known = self._draft_forwards(batch, catch_up, self._draft_estimate)
             if may_explore:
-                age = self.draft_costs.age(batch, self.clock)  # never measured: its prior is no hope at all
-                draft_stale = age is not None and age > self.refresh_steps
+                # Never measured at all: its prior is no hope. Measured, but not at N = batch (only the first,
+                # wider forward of width-2 steps): hoped like a stale cost, or that N is never measured.
+                age = self.draft_costs.age(batch, self.clock)
+                draft_stale = age > self.refresh_steps if age is not None else bool(self.draft_costs.seconds)
                 if draft_stale:
                     hoped = self._draft_forwards(batch, catch_up, self._draft_optimistic)
         overhead = (self._overhead(batch, False), self._overhead(batch, True))
