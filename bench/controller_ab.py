@@ -5,7 +5,7 @@ side by side in one process on the demo pair, with fixed K and plain decoding be
 
 Each repeat runs every decoder once in a seeded shuffled order (fresh decoders per process, so the controllers
 learn from the same start); a speed-up is the median over repeats of plain's CPU time over the decoder's in the
-same repeat. One cell of bench/speculation.py is path-dependent (a noisy early sample can keep a controller plain
+same repeat. A cell of bench/speculation.py is path-dependent (a noisy early sample can keep a controller plain
 for a whole call), so a change is read here, two controllers under the same noise, not across two table runs.
 """
 
@@ -40,10 +40,13 @@ def controller_at(rev: str) -> type:
     name = "specdec.scheduling._control_at_" + "".join(c if c.isalnum() else "_" for c in rev)
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(source)
-    spec = importlib.util.spec_from_file_location(name, f.name)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
+    try:
+        spec = importlib.util.spec_from_file_location(name, f.name)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while the class is built
+        spec.loader.exec_module(module)
+    finally:
+        os.unlink(f.name)
     return module.SpeculationController
 
 

@@ -195,8 +195,9 @@ class SpeculationController:
         never pay."""
         costs = self.draft_costs
         floor = self.draft_ratio * self._target_estimate(tokens)
-        if not costs.known(tokens) and (not costs._sorted or costs._sorted[0] > tokens):
-            # Never measured, and only larger N were: the estimate from above is one early sample or two, and
+        smallest = costs.smallest()
+        if smallest is None or smallest > tokens:
+            # Never measured, and only larger N were (if any): the estimate from above is one early sample or two, and
             # believed it kept a draft at batch 1 from ever being tried wide (a width-2 step times only the first
             # draft forward, N = 2, at 3.85 ms in a noisy start; N = 1 costs 2.4 ms), so its hope is the prior.
             return floor

@@ -53,6 +53,10 @@ class ForwardCosts:
     def known(self, tokens: int) -> bool:
         return tokens in self.seconds
 
+    def smallest(self) -> int | None:
+        """The smallest measured N, or None when nothing is measured."""
+        return self._sorted[0] if self._sorted else None
+
     def age(self, tokens: int, step: int) -> int | None:
         seen = self.last_seen.get(tokens)
         return None if seen is None else step - seen
