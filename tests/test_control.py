@@ -376,6 +376,91 @@ def test_stale_costs_grow_cheaper_with_age_down_to_the_smaller_forward():
     assert costs.optimistic(2, step=200, fresh=32) == 0.5  # never measured: that bound at once
 
 
+@pytest.mark.parametrize("monotone", [True, False], ids=["monotone", "raw"])
+def test_a_new_cost_bounds_older_costs_of_its_neighbours(monotone):
+    costs = ForwardCosts(monotone=monotone)
+    costs.observe(2, 3.0, step=0)  # a slow spell
+    costs.observe(6, 2.0, step=1)
+    costs.observe(4, 2.5, step=2)
+    costs.observe(3, 1.0, step=3)  # the newest: fewer tokens cost no more, more tokens no less
+    if monotone:
+        assert [costs.estimate(n) for n in (2, 3, 4, 6)] == [1.0, 1.0, 2.5, 2.5]
+    else:
+        assert [costs.estimate(n) for n in (2, 3, 4, 6)] == [3.0, 1.0, 2.5, 2.0]
+    costs.observe(2, 1.5, step=4)  # re-measured: its own samples' median (1.5, 3.0) and a new bound on N = 3
+    assert costs.estimate(2) == 2.25
+    assert costs.estimate(3) == (2.25 if monotone else 1.0)
+    assert costs.age(3, 4) == 1  # a bounded cost keeps its own age: it is still explored when stale
+
+
+@pytest.mark.parametrize("monotone", [True, False], ids=["monotone", "raw"])
+def test_a_width_timed_in_a_slow_spell_is_priced_by_a_fresh_wider_one(monotone):
+    # One draft per row (width 2 at most), landing 60% of the time. Width 2 (N = 2) was timed once at 20 ms in a
+    # slow spell; N = 3 costs 12 ms now. Width 2 pays at anything below ~14 ms (1.6 tokens against plain's 1 in
+    # 10 ms), and a forward over fewer tokens costs no more: it is priced at 12 ms. Without that bound it looked
+    # dear, and hoped at 0.76 of its old cost 40 steps on (15 ms) it did not look cheap enough to explore: plain
+    # until its age discounted it further (traced on the demo pair at batch 1: 400 steps, width 3 beside it).
+    ctrl = SpeculationController(K)  # monotone by default
+    if not monotone:
+        ctrl.target_costs.monotone = False
+    ctrl.observe_target(2, 0.020)
+    ctrl.clock = 40
+    ctrl.observe_target(1, 0.010)
+    ctrl.observe_target(3, 0.012)
+    for j in range(200):
+        ctrl.acceptance.observe(("ngram", 2, 1), j % 5 < 3)
+    plan = ctrl.plan([0], [[("ngram", 2, 1)]])
+    assert plan.width == (2 if monotone else 1) and not plan.explore, plan
+
+
+def _two_verdicts_or_a_hundred(ctrl, thin: bool):
+    """Bigram drafts seen landing half the time: on two verdicts (a drafter's first) or on a hundred."""
+    for j in range(2 if thin else 100):
+        ctrl.acceptance.observe(("ngram", 2, 1), j % 2 == 0)
+
+
+@pytest.mark.parametrize("thin", [True, False], ids=["two-verdicts", "a-hundred"])
+def test_thin_evidence_is_explored_at_its_hope(thin, monkeypatch):
+    # Batch 1, every cost fresh: a plain step 10 ms, a second column +5 ms. At the rate seen (1/2) width 2 only
+    # ties plain, but on two verdicts the rate may well be 0.72 or more (one posterior sd), where width 2
+    # gains 15%: worth one exploration. On a hundred verdicts the same rate is believed, and plain stands.
+    ctrl = SpeculationController(K)
+    ctrl.clock = 10
+    for n in range(1, K + 2):
+        ctrl.observe_target(n, 0.010 * (1 + 0.5 * (n - 1)))
+    _two_verdicts_or_a_hundred(ctrl, thin)
+    keys = ngram_keys(1)
+    plan = ctrl.plan([0], keys)
+    assert (plan.width, plan.explore) == ((2, True) if thin else (1, False)), plan
+    if thin:  # and it is the hope that explores: at the rate itself, nothing would
+        import specdec.scheduling.estimates as estimates
+        monkeypatch.setattr(estimates, "HOPE_SIGMAS", 0.0)
+        ctrl = SpeculationController(K)
+        ctrl.clock = 10
+        for n in range(1, K + 2):
+            ctrl.observe_target(n, 0.010 * (1 + 0.5 * (n - 1)))
+        _two_verdicts_or_a_hundred(ctrl, thin)
+        plan = ctrl.plan([0], keys)
+        assert plan.plain and not plan.explore, plan
+
+
+@pytest.mark.parametrize("thin", [True, False], ids=["two-verdicts", "a-hundred"])
+def test_a_new_drafter_is_hoped_for_in_acceptance_and_stale_costs_at_once(thin):
+    # Widths timed 40 steps ago (a second column +9 ms on a 10 ms plain step), plain fresh. Hoped cheaper with
+    # age (14.4 ms for width 2) at the rate seen (1/2), width 2 gains 4%; at the rate hoped (0.72) and the cost
+    # believed (19 ms), it loses. Neither alone is worth an exploration, both together are (19%): allowed only
+    # while the drafter has had fewer than MIN_VERDICTS verdicts. Later it would explore drafts that almost
+    # never land on the whole budget (test_drafts_that_almost_never_land_are_not_worth_exploring).
+    ctrl = SpeculationController(K)
+    for n in range(2, K + 2):
+        ctrl.observe_target(n, 0.010 * (1 + 0.9 * (n - 1)))
+    ctrl.clock = 40
+    ctrl.observe_target(1, 0.010)
+    _two_verdicts_or_a_hundred(ctrl, thin)
+    plan = ctrl.plan([0], ngram_keys(1))
+    assert (plan.width, plan.explore) == ((2, True) if thin else (1, False)), plan
+
+
 @pytest.mark.parametrize("batch", [1, 8], ids=lambda b: f"B{b}")
 def test_drafts_that_almost_never_land_are_not_worth_exploring(batch):
     # 3% acceptance can add at most ~3% tokens to a step, below EXPLORE_GAIN, and plain steps age the evidence

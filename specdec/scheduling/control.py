@@ -32,7 +32,10 @@ SmolLM2-135M here. So plain steps at batch 8 also teach the cost of width 2 at b
 
 Exploration: a width whose cost was never measured (or not for `refresh_steps` steps) is tried when even an
 optimistic cost (no dearer than the largest measured smaller N) would beat the best known choice by
-EXPLORE_GAIN, within a budget of `warmup_explore` steps plus `explore_share` of all steps. While speculating,
+EXPLORE_GAIN, within a budget of `warmup_explore` steps plus `explore_share` of all steps; so is a width whose
+drafts would win by as much if they landed as often as their evidence allows (AcceptanceTable.hope: one
+posterior sd above the rate), at the believed costs (both hopes at once only for a drafter's first
+MIN_VERDICTS verdicts). While speculating,
 a plain step is taken once its cost is `refresh_steps` old, within the same budget. A plain step chosen by a
 wide margin stands for a few steps of the same rows and offers without being priced again (REST_GAP).
 A deterministic drafter's offers that were not verified (plain steps, rows given fewer drafts) are judged by
@@ -78,9 +81,15 @@ REST_STEPS = 8
 # short of its trigger for hundreds of steps (pinned there by the floors of its hoped costs), and under a gap of
 # REST_GAP each of those steps was priced in full: 110 us, 1% of a step.
 REST_EXPLORE_GAP = 0.03
+# A drafter's first few verdicts are too few to believe either way: a drafter whose drafts land 75% of the time
+# misses one of its first two 44% of the time. Until it has had MIN_VERDICTS, an exploration may hope for its
+# acceptance and for its stale costs at once (later, for one or the other: see plan). Traced on the demo pair's
+# layer-skip draft at batch 1: one miss in its first two verdicts, and every cost measured cold in the first
+# speculative steps (a step's overhead 2.9 ms, later 1.4), kept it plain for 200 steps.
+MIN_VERDICTS = 4
 
 
-NO_OFFER = ([], [1.0])  # plan's (p, gains) of a row that offers no drafts (no n-gram match): its one token
+NO_OFFER = ([], [1.0], (), 1.0)  # plan's (p, gains, keys, factor) of a row that offers no drafts: its one token
 
 
 def _clamp(p: float) -> float:
@@ -135,7 +144,7 @@ class SpeculationController:
         self.warmup_explore = warmup_explore
         self.refresh_steps = refresh_steps
         self.row_strength = row_strength
-        self.target_costs = ForwardCosts(fresh=refresh_steps)
+        self.target_costs = ForwardCosts(fresh=refresh_steps, monotone=True)
         # What a step costs beyond its forwards (sampling, realignment, drafting's host work, bookkeeping), by
         # batch size, for plain and speculative steps apart: on a small model it is a fifth of a step.
         self.plain_overhead = ForwardCosts(fresh=refresh_steps)
@@ -145,7 +154,7 @@ class SpeculationController:
         self.draft_ratio = None if draft_cost_ratio is None else float(draft_cost_ratio)
         if self.draft_ratio is not None:
             self.draft_costs = ForwardCosts(prior=lambda n: self._target_estimate(n) * self.draft_ratio,
-                                            fresh=refresh_steps)
+                                            fresh=refresh_steps, monotone=True)
         self.acceptance = AcceptanceTable()
         self.rows: dict[Hashable, RowRecord] = {}
         self.steps = 0
@@ -296,19 +305,20 @@ class SpeculationController:
             entry = shared.get(memo) if k else NO_OFFER  # a row offering nothing expects its one token
             if entry is None:
                 p = [_clamp(f * rate(key)) for key in k[:cap]]
-                entry = shared[memo] = (p, self._cumulative(p))  # gains[c]: the row's expected tokens, c drafts
+                entry = shared[memo] = (p, self._cumulative(p), k, f)  # gains[c]: its expected tokens, c drafts
             probs.append(entry[0])
             group = (memo, offer[b], 1.0 if worth is None else worth[b])
             member = groups.get(group)
             if member is None:
-                groups[group] = [1, entry[1]]
+                groups[group] = [1, entry]
             else:
                 member[0] += 1
         # expected tokens per draft count c: sum_b gains[b][min(offer[b], c)], and what they are worth (in
         # units of an average token: the same as tokens while prompts wait)
         totals = [0.0] * (top + 1)
         values = totals if worth is None else [0.0] * (top + 1)
-        for (memo, o, v), (count, g) in groups.items():
+        for (memo, o, v), (count, entry) in groups.items():
+            g = entry[1]
             for c in range(top + 1):
                 t = count * g[c if c < o else o]
                 totals[c] += t
@@ -327,6 +337,11 @@ class SpeculationController:
                 if draft_stale:
                     hoped = self._draft_forwards(batch, catch_up, self._draft_optimistic)
         overhead = (self._overhead(batch, False), self._overhead(batch, True))
+        if may_explore:  # what exploring hopes for: acceptance (AcceptanceTable.hope) and a stale overhead
+            hoped_values = self._hoped_values(groups, top)
+            over_hope, thin = overhead[1], self.acceptance.verdicts < MIN_VERDICTS
+            if self._stale(self.spec_overhead, batch):
+                over_hope = self.spec_overhead.optimistic(batch, self.clock, self.refresh_steps) or over_hope
         best = best_opt = best_spec = plain_s = None
         clock, refresh, target_seen = self.clock, self.refresh_steps, self.target_costs.last_seen
         measured = self.target_costs.seconds  # _target_estimate's answer where N was measured (always > 0)
@@ -361,15 +376,25 @@ class SpeculationController:
             seen = target_seen.get(n)  # _stale, inlined
             stale_target = seen is None or clock - seen > refresh
             stale_draft = bool(drafts) and draft_stale
-            if may_explore and (stale_target or stale_draft):
-                # a stale cost is hoped low (ForwardCosts.optimistic, _draft_optimistic), a fresh one believed
+            hoped_value = hoped_values[width - 1] if may_explore else value
+            if may_explore and (stale_target or stale_draft or hoped_value > value):
+                # A stale cost is hoped low (ForwardCosts.optimistic, _draft_optimistic, a stale overhead), a
+                # fresh one believed; or the drafts are hoped to land as often as their evidence allows
+                # (AcceptanceTable.hope) at the believed costs. Not both at once: a stale cost is hoped as low
+                # as a plain step's, and with thin evidence faded over a plain spell on top of it, drafts
+                # landing 3% of the time were explored on the whole budget (20 steps in 600 at batch 1).
                 opt = (self.target_costs.optimistic(n, clock, refresh) or MIN_SECONDS if stale_target
                        else target_s)
-                opt += self._draft_seconds(hoped, drafts, catch_up, horizon)[0] + overhead[1] if stale_draft \
-                    else draft_s
+                if width == 1:
+                    opt += draft_s
+                else:
+                    opt += over_hope + (self._draft_seconds(hoped, drafts, catch_up, horizon)[0] if stale_draft
+                                        else draft_s - overhead[1])
                 # what exploring costs, in plain steps: the step, and all of a catch-up it needs (a draft model's
                 # prefill is paid now, whatever it is amortised over if speculation then pays)
-                cand = (value / opt, width, tokens, est, value, 1.0 + extra / max(plain_s, MIN_SECONDS))
+                hope = hoped_value / opt if thin else max(value / opt, hoped_value / est)
+                cand = (hope, width, tokens, est, value,
+                        1.0 + extra / max(plain_s, MIN_SECONDS))
                 if best_opt is None or cand[0] > best_opt[0]:
                     best_opt = cand
         explore = (best_opt is not None and best_opt[0] > best[0] * (1 + EXPLORE_GAIN) and best_opt[1] != best[1]
@@ -389,6 +414,21 @@ class SpeculationController:
         plan = Plan(choice[1], counts, choice[2], choice[3], explore=explore,
                     probs=[p[:c] for p, c in zip(probs, counts)], worth=worth, predicted_value=choice[4])
         return self._finish(plan, rows, keys)
+
+    def _hoped_values(self, groups: dict, top: int) -> list[float]:
+        """plan's values by draft count with every row's drafts hoped to land as often as their evidence allows
+        (AcceptanceTable.hope): what an exploration may find. groups: plan's {(memo, offer, worth): [count,
+        (p, gains, keys, factor)]}."""
+        hope, cap, cache = self.acceptance.hope, self.k, {}
+        out = [0.0] * (top + 1)
+        for (memo, o, v), (count, entry) in groups.items():
+            g = cache.get(memo)
+            if g is None:
+                keys, f = entry[2], entry[3]
+                g = cache[memo] = self._cumulative([_clamp(f * hope(key)) for key in keys[:cap]])
+            for c in range(top + 1):
+                out[c] += v * count * g[c if c < o else o]
+        return out
 
     @staticmethod
     def _draft_forwards(batch: int, catch_up: int, cost) -> tuple[float, float, float]:
