@@ -461,6 +461,24 @@ def test_a_new_drafter_is_hoped_for_in_acceptance_and_stale_costs_at_once(thin):
     assert (plan.width, plan.explore) == ((2, True) if thin else (1, False)), plan
 
 
+@pytest.mark.parametrize("age", [300, 10], ids=["stale", "fresh"])
+def test_a_speculative_step_overhead_measured_cold_is_hoped_lower_with_age(age):
+    # Drafts land 80% of the time and a column costs 3 ms on a 10 ms plain step: width 3 gains a third if a
+    # speculative step costs nothing beyond its forwards. Its overhead was timed at 20 ms, as in a process's
+    # first speculative steps (cold paths). Fresh, that is believed and plain stands; 300 steps old, it is hoped
+    # lower like a stale forward (x0.8 per 32 steps): 2.5 ms, and width 3 is worth re-measuring.
+    ctrl = SpeculationController(K)
+    ctrl.spec_overhead.observe(1, 0.020, 0)
+    ctrl.clock = age
+    for n in range(1, K + 2):
+        ctrl.observe_target(n, 0.010 * (1 + 0.3 * (n - 1)))
+    for i in range(1, K + 1):
+        for j in range(100):
+            ctrl.acceptance.observe(("ngram", 2, i), j % 5 != 0)
+    plan = ctrl.plan([0], ngram_keys(1))
+    assert (plan.width > 1, plan.explore) == ((True, True) if age > ctrl.refresh_steps else (False, False)), plan
+
+
 @pytest.mark.parametrize("batch", [1, 8], ids=lambda b: f"B{b}")
 def test_drafts_that_almost_never_land_are_not_worth_exploring(batch):
     # 3% acceptance can add at most ~3% tokens to a step, below EXPLORE_GAIN, and plain steps age the evidence
