@@ -34,8 +34,7 @@ Exploration: a width whose cost was never measured (or not for `refresh_steps` s
 optimistic cost (no dearer than the largest measured smaller N) would beat the best known choice by
 EXPLORE_GAIN, within a budget of `warmup_explore` steps plus `explore_share` of all steps; so is a width whose
 drafts would win by as much if they landed as often as their evidence allows (AcceptanceTable.hope: one
-posterior sd above the rate), at the believed costs (both hopes at once only for a drafter's first
-MIN_VERDICTS verdicts). While speculating,
+posterior sd above the rate), during a drafter's first MIN_VERDICTS verdicts. While speculating,
 a plain step is taken once its cost is `refresh_steps` old, within the same budget. A plain step chosen by a
 wide margin stands for a few steps of the same rows and offers without being priced again (REST_GAP).
 A deterministic drafter's offers that were not verified (plain steps, rows given fewer drafts) are judged by
@@ -83,7 +82,7 @@ REST_STEPS = 8
 REST_EXPLORE_GAP = 0.03
 # A drafter's first few verdicts are too few to believe either way: a drafter whose drafts land 75% of the time
 # misses one of its first two 44% of the time. Until it has had MIN_VERDICTS, an exploration may hope for its
-# acceptance and for its stale costs at once (later, for one or the other: see plan). Traced on the demo pair's
+# acceptance (AcceptanceTable.hope), besides its stale costs (see plan). Traced on the demo pair's
 # layer-skip draft at batch 1: one miss in its first two verdicts, and every cost measured cold in the first
 # speculative steps (a step's overhead 2.9 ms, later 1.4), kept it plain for 200 steps.
 MIN_VERDICTS = 4
@@ -337,11 +336,13 @@ class SpeculationController:
                 if draft_stale:
                     hoped = self._draft_forwards(batch, catch_up, self._draft_optimistic)
         overhead = (self._overhead(batch, False), self._overhead(batch, True))
-        if may_explore:  # what exploring hopes for: acceptance (AcceptanceTable.hope) and a stale overhead
+        thin = may_explore and self.acceptance.verdicts < MIN_VERDICTS
+        if thin:  # a new drafter: its acceptance is hoped for (AcceptanceTable.hope)
             hoped_values = self._hoped_values(groups, top)
-            over_hope, thin = overhead[1], self.acceptance.verdicts < MIN_VERDICTS
-            if self._stale(self.spec_overhead, batch):
-                over_hope = self.spec_overhead.optimistic(batch, self.clock, self.refresh_steps) or over_hope
+        over_stale = may_explore and self._stale(self.spec_overhead, batch)
+        over_hope = overhead[1]  # a stale overhead is hoped low, as a stale forward is
+        if over_stale:
+            over_hope = self.spec_overhead.optimistic(batch, self.clock, self.refresh_steps) or over_hope
         best = best_opt = best_spec = plain_s = None
         clock, refresh, target_seen = self.clock, self.refresh_steps, self.target_costs.last_seen
         measured = self.target_costs.seconds  # _target_estimate's answer where N was measured (always > 0)
@@ -376,13 +377,15 @@ class SpeculationController:
             seen = target_seen.get(n)  # _stale, inlined
             stale_target = seen is None or clock - seen > refresh
             stale_draft = bool(drafts) and draft_stale
-            hoped_value = hoped_values[width - 1] if may_explore else value
-            if may_explore and (stale_target or stale_draft or hoped_value > value):
+            hoped_value = hoped_values[width - 1] if thin else value
+            if may_explore and (stale_target or stale_draft or (over_stale and width > 1) or hoped_value > value):
                 # A stale cost is hoped low (ForwardCosts.optimistic, _draft_optimistic, a stale overhead), a
-                # fresh one believed; or the drafts are hoped to land as often as their evidence allows
-                # (AcceptanceTable.hope) at the believed costs. Not both at once: a stale cost is hoped as low
-                # as a plain step's, and with thin evidence faded over a plain spell on top of it, drafts
-                # landing 3% of the time were explored on the whole budget (20 steps in 600 at batch 1).
+                # fresh one believed. A new drafter's drafts are hoped to land as often as their evidence
+                # allows (thin, MIN_VERDICTS). Not later: on faded evidence after a plain spell, with stale
+                # costs hoped as low as a plain step's on top, drafts landing 3% of the time were explored on
+                # the whole budget (20 steps in 600 at batch 1); and hoped for at the believed costs, the
+                # layer-skip draft at batch 1 spent a fifth more steps exploring for less (english 1.232x
+                # against 1.337x, code 1.164x against 1.267x, 6 paired repeats).
                 opt = (self.target_costs.optimistic(n, clock, refresh) or MIN_SECONDS if stale_target
                        else target_s)
                 if width == 1:
@@ -392,8 +395,7 @@ class SpeculationController:
                                         else draft_s - overhead[1])
                 # what exploring costs, in plain steps: the step, and all of a catch-up it needs (a draft model's
                 # prefill is paid now, whatever it is amortised over if speculation then pays)
-                hope = hoped_value / opt if thin else max(value / opt, hoped_value / est)
-                cand = (hope, width, tokens, est, value,
+                cand = (hoped_value / opt, width, tokens, est, value,
                         1.0 + extra / max(plain_s, MIN_SECONDS))
                 if best_opt is None or cand[0] > best_opt[0]:
                     best_opt = cand
