@@ -188,11 +188,11 @@ class AcceptanceTable:
 
     def hope(self, key: tuple) -> float:
         """An optimistic rate for exploring: rate(key) plus HOPE_SIGMAS of its posterior's spread, which is wide
-        where the key has little (faded) evidence of its own and narrows as it gathers some. A draft model's
-        first verdicts decide what it is believed to be worth: on the demo pair's layer-skip draft at batch 1
-        (75% of drafts land), one early miss left position 1 at 1/2 on 2 verdicts, where no width paid, and no
-        cost was stale enough to explore: plain for a whole 1500-step run. Hoped at 1/2 + 0.22 it is tried
-        again within the exploration budget, and once it has evidence its hope is its rate."""
+        where the key has little (faded) evidence of its own and narrows as it gathers some. The controller asks
+        it only during a drafter's first verdicts (control.MIN_VERDICTS): on the demo pair's layer-skip draft at
+        batch 1 (75% of drafts land), one early miss left position 1 at 1/2 on 2 verdicts, where no width paid,
+        and no cost was stale enough to explore: plain for two whole calls (1500 steps). Hoped at 1/2 + 0.22 it
+        is tried again within the exploration budget."""
         h = self._hopes.get(key)
         if h is not None:
             return h
