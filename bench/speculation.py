@@ -19,8 +19,9 @@ import torch
 
 from specdec.apps.prompts import by_category, encode, load_prompt_records
 from specdec.apps.speed import measure, report, table
+from specdec.drafting.early_exit import EarlyExitDrafter
 from specdec.drafting.ngram import NgramDrafter
-from specdec.models.demo import build_default_pair
+from specdec.models.demo import DRAFT_LAYERS, build_default_pair
 from specdec.models.hf import cheap_copy, load_causal_lm
 
 
@@ -30,7 +31,9 @@ def main(argv=None) -> int:
     p.add_argument("--prompts", default=None, help="prompts file, or 'specbench-style' (shipped)")
     p.add_argument("--per-category", type=int, default=None)
     p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--drafters", nargs="+", default=None, help="ngram, fp16 (a float16 copy), layerskip (demo)")
+    p.add_argument("--drafters", nargs="+", default=None,
+                   help="ngram, fp16 (a float16 copy), earlyexit (the demo target's first 2 layers over its own "
+                        "cache), layerskip (the same layers as a separate draft model with its own cache)")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8])
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("-k", type=int, default=4)
@@ -52,7 +55,7 @@ def main(argv=None) -> int:
         drafters = args.drafters or ["ngram", "fp16"]
     else:
         target, layerskip, tokenizer = build_default_pair()
-        drafters = args.drafters or ["layerskip", "ngram"]
+        drafters = args.drafters or ["earlyexit", "ngram"]
     factories, assistants = {}, {}
     for name in drafters:
         if name == "ngram":
@@ -61,11 +64,13 @@ def main(argv=None) -> int:
             copy = cheap_copy(target, torch.float16)
             factories["float16 copy"] = lambda copy=copy: copy
             assistants["float16 copy"] = copy
+        elif name == "earlyexit" and layerskip is not None:
+            factories["layer-skip, early exit"] = lambda: EarlyExitDrafter(target, DRAFT_LAYERS)
         elif name == "layerskip" and layerskip is not None:
-            factories["layer-skip draft"] = lambda: layerskip
+            factories["layer-skip, own cache"] = lambda: layerskip
             assistants["layer-skip draft"] = layerskip
         else:
-            p.error(f"unknown drafter {name!r} (ngram, fp16, layerskip with the demo pair)")
+            p.error(f"unknown drafter {name!r} (ngram, fp16; earlyexit and layerskip with the demo pair)")
     records = load_prompt_records(args.prompts, args.limit, args.per_category)
     chat = args.target is not None
     categories = {c: encode(tokenizer, texts, chat) for c, texts in by_category(records).items()}

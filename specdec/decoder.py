@@ -22,6 +22,7 @@ from .drafting.base import Drafter
 from .drafting.model import ModelDrafter
 from .kv.geometry import model_device, output_vocab, parameter_count
 from .kv.ragged import REALIGN_MODES, check_compact_threshold
+from .kv.slab import tensor_parallel_size
 from .sampling import SamplingConfig, check_scoring
 from .scheduling.control import SpeculationController
 from .scheduling.distributed import TensorParallelRanks, check_placement, fingerprint, guarded
@@ -110,6 +111,12 @@ class SpeculativeDecoder:
         elif isinstance(draft, Drafter):
             if isinstance(getattr(draft, "kv_model", None), torch.nn.Module):  # a drafter over a model
                 check_models(target, draft.kv_model)
+            if getattr(draft, "writes_target", False) and getattr(draft, "target", None) is not target:
+                raise ValueError(f"{type(draft).__name__} drafts with its own target's layers and cache: build it "
+                                 "on the target this decoder verifies with")
+            if getattr(draft, "writes_target", False) and tensor_parallel_size(target) > 1:
+                raise ValueError(f"{type(draft).__name__} is not supported on a tensor-parallel target yet: use a "
+                                 "replicated draft model or the n-gram drafter")
             self.drafter = draft
         else:
             raise ValueError(f"draft must be a causal LM or a drafter (start/offer/propose/commit/finish, see "
@@ -120,7 +127,8 @@ class SpeculativeDecoder:
             kv_model = getattr(self.drafter, "kv_model", None)
             if kv_model is not None:
                 check_placement(kv_model, "draft")
-            ratio = parameter_count(kv_model) / parameter_count(target) if kv_model is not None else None
+            costed = kv_model if kv_model is not None else getattr(self.drafter, "cost_model", None)
+            ratio = parameter_count(costed) / parameter_count(target) if costed is not None else None
             self.controller = controller or SpeculationController(self.k, draft_cost_ratio=ratio, enabled=adaptive)
         # Last, once every check passed on every rank alike: building the ranks' control group is a collective.
         self.ranks = TensorParallelRanks.for_model(target, tp_timeout)
@@ -163,8 +171,10 @@ class SpeculativeDecoder:
         draft_model = getattr(self.drafter, "kv_model", None)
         out: list[list[int]] = [[] for _ in ids]
         if self.scheduler == "exspec":
+            # a drafter that drafts in the target's lane writes up to K columns there before the verify forward
+            room = self.k if getattr(self.drafter, "writes_target", False) else 0
             source = ExspecSource(self.target, draft_model, batch_size, max_new_tokens, self.k, self.backend,
-                                  self.realign, self.window, ids, out, timer)
+                                  self.realign, self.window, ids, out, timer, draft_room=room)
         else:
             source = EqspecSource(self.target, draft_model, batch_size, max_new_tokens, self.k, self.backend,
                                   self.realign, self.compact_threshold)

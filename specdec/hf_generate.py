@@ -7,7 +7,9 @@ In: a tokenizer's padded batch (input_ids [B, P] and its attention_mask; left or
 mask: each row's real tokens are its one run of ones), a GenerationConfig and/or generation kwargs merged over
 model.generation_config exactly as transformers merges them, a LogitsProcessorList, a streamer.
 assistant_model=: a draft model; prompt_lookup_num_tokens=K: the prompt-lookup n-gram drafter with K drafts;
-neither: plain decoding through the engine. Engine options as keyword arguments, with the engine's defaults:
+assistant_early_exit=L: self-speculation, the model's own first L layers drafting over its own cache
+(specdec.drafting.early_exit; transformers' meaning: those layers, then the final norm and head); none of them:
+plain decoding through the engine. Engine options as keyword arguments, with the engine's defaults:
 scheduler, realign, backend, batch_size, adaptive, num_draft_tokens (K for a draft model; else an explicit
 num_assistant_tokens, else 4), window, compact_threshold, and seed (sampling; default: drawn from torch's global
 generator, so torch.manual_seed makes a run repeatable as it does for model.generate).
@@ -38,7 +40,7 @@ and per draft position after the first.
 Refused with a ValueError naming the option, before any forward: beam and group beam search, contrastive search,
 constrained decoding, DoLa, output_attentions / output_hidden_states, stop_strings, max_time, stopping_criteria,
 prefix_allowed_tokens_fn, classifier-free guidance, forced BOS/EOS, the exponential length penalty,
-watermarking, lossy or early-exit assistants, streaming at batch > 1, and any argument model.generate would hand to
+watermarking, lossy assistants, streaming at batch > 1, and any argument model.generate would hand to
 the model's forward (there is no such passage here). Options that only tune transformers' own caching,
 compilation or assisted-generation schedule (cache_implementation, compile_config, num_assistant_tokens_schedule,
 assistant_confidence_threshold, ...) do not change the output and are ignored: the engine keeps its own cache and
@@ -55,6 +57,7 @@ from transformers.generation.streamers import TextStreamer
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .decoder import SpeculativeDecoder
+from .drafting.early_exit import EarlyExitDrafter
 from .drafting.ngram import NgramDrafter
 from .processing import ProcessorScoring, build_processors
 from .validation import encode_prompts
@@ -92,7 +95,6 @@ REFUSED_OPTIONS = {
     "stop_strings": (lambda v: v is not None, "stop strings"),
     "token_healing": (lambda v: bool(v), "token healing"),
     "use_mtp": (lambda v: bool(v), "multi-token-prediction drafting"),
-    "assistant_early_exit": (lambda v: v is not None, "early-exit self-speculation"),
     "speculation_type": (lambda v: v is not None, "transformers' own speculation variants"),
     "assistant_ensemble_weight": (lambda v: v is not None, "lossy target/draft ensembles"),
 }
@@ -223,11 +225,20 @@ def _strip_padding(ids: torch.Tensor, mask) -> list[list[int]]:
 
 
 def _decoder(model, assistant_model, config, engine: dict, explicit_k) -> SpeculativeDecoder:
-    lookup = config.prompt_lookup_num_tokens
-    if assistant_model is not None and lookup is not None:
-        raise ValueError("pass assistant_model or prompt_lookup_num_tokens, not both")
+    lookup, early = config.prompt_lookup_num_tokens, config.assistant_early_exit
+    given = [name for name, v in (("assistant_model", assistant_model), ("prompt_lookup_num_tokens", lookup),
+                                  ("assistant_early_exit", early)) if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"pass one drafter, not {' and '.join(given)}")
     k = engine.get("num_draft_tokens")
-    if lookup is not None:
+    if early is not None:
+        try:
+            draft = EarlyExitDrafter(model, early)
+        except ValueError as e:
+            raise ValueError(f"assistant_early_exit={early!r}: {e}") from None
+        if k is None:
+            k = explicit_k if explicit_k is not None else DEFAULT_DRAFTS
+    elif lookup is not None:
         if k is not None and k != lookup:
             raise ValueError(f"num_draft_tokens={k!r} contradicts prompt_lookup_num_tokens={lookup!r}")
         k = lookup
@@ -240,7 +251,7 @@ def _decoder(model, assistant_model, config, engine: dict, explicit_k) -> Specul
     scheduler = engine.get("scheduler", "eqspec" if draft is not None else "autoregressive")
     if scheduler == "autoregressive" and draft is not None:
         raise ValueError("scheduler='autoregressive' decodes without a draft: drop assistant_model / "
-                         "prompt_lookup_num_tokens, or pick 'eqspec' or 'exspec'")
+                         "prompt_lookup_num_tokens / assistant_early_exit, or pick 'eqspec' or 'exspec'")
     options = {name: engine[name] for name in ("realign", "backend", "adaptive", "window", "compact_threshold")
                if name in engine}
     decoder = SpeculativeDecoder(model, draft, num_draft_tokens=k, scheduler=scheduler, **options)
@@ -255,12 +266,19 @@ _LEARNED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _learned_controller(model, draft, fresh):
-    key = ("ngram" if isinstance(draft, NgramDrafter) else id(draft), fresh.k, fresh.enabled)
+    # drafters made per call (n-gram, the model's own early exit) are known by what they are, models by identity
+    if isinstance(draft, NgramDrafter):
+        what = "ngram"
+    elif isinstance(draft, EarlyExitDrafter):
+        what = ("early_exit", draft.layers)
+    else:
+        what = id(draft)
+    key = (what, fresh.k, fresh.enabled)
     per_model = _LEARNED.setdefault(model, {})
     entry = per_model.get(key)
     if entry is not None and (entry[1] is None or entry[1]() is draft):  # an id is reused only once freed
         return entry[0]
-    per_model[key] = (fresh, None if isinstance(draft, NgramDrafter) else weakref.ref(draft))
+    per_model[key] = (fresh, weakref.ref(draft) if isinstance(what, int) else None)
     return fresh
 
 

@@ -34,7 +34,11 @@ REFUSED = {
     "encoder-penalty": ({"encoder_repetition_penalty": 1.2}, "encoder_repetition_penalty"),
     "watermark": ({"watermarking_config": WatermarkingConfig()}, "watermarking_config"),
     "mtp": ({"use_mtp": True}, "use_mtp"),
-    "early-exit": ({"assistant_early_exit": 1}, "assistant_early_exit"),
+    "early-exit-and-assistant": ({"assistant_early_exit": 1}, "not assistant_model and assistant_early_exit"),
+    "early-exit-whole-model": ({"assistant_early_exit": 2, "assistant_model": None},
+                               r"assistant_early_exit=2: layers must be an int in 1\.\.1"),
+    "early-exit-autoregressive": ({"assistant_early_exit": 1, "assistant_model": None, "scheduler": "autoregressive"},
+                                  "assistant_early_exit, or pick"),
     "ensemble": ({"assistant_ensemble_weight": 0.5}, "assistant_ensemble_weight"),
     "greedy-copies": ({"num_return_sequences": 2}, "num_return_sequences"),  # transformers' own validation
     "stopping-criteria": ({"stopping_criteria": StoppingCriteriaList([MaxLengthCriteria(6)])}, "stopping_criteria"),

@@ -90,10 +90,15 @@ class ModelDrafter:
 
     def _forward(self, lane, ids: torch.Tensor, lengths: list[int] | None) -> torch.Tensor:
         with self.timed(ids.numel()) if self.timed is not None else contextlib.nullcontext():
-            return lane.forward(ids.to(self.device, non_blocking=True), lengths, logits_to_keep=1)[:, -1]
+            return lane.forward(ids.to(self.device, non_blocking=True), lengths, logits_to_keep=1,
+                                model=self.model)[:, -1]
 
     def propose(self, batch: StepBatch, k: int, sampling: SamplingConfig, generator: torch.Generator | None,
                 stop: StopRule | None = None) -> Proposal:
+        return self._draft(batch, batch.draft, self._catch_up(batch), k, sampling, generator, stop)
+
+    def _catch_up(self, batch: StepBatch) -> torch.Tensor:
+        """Feed every row its pending tokens, then prev and last, in one forward; the logits of its last column."""
         lane = batch.draft
         states = [self.seqs[s] for s in batch.seqs]
         # Rows whose lane is empty (new sequences) are prefilled on their own, so the batch never pads a whole
@@ -118,6 +123,12 @@ class ModelDrafter:
             self.catch_up_columns += len(st.pending)
             self.resumed_columns += st.skipped
             st.pending, st.skipped = [], 0
+        return logits
+
+    def _draft(self, batch: StepBatch, lane, logits: torch.Tensor, k: int, sampling: SamplingConfig,
+               generator: torch.Generator | None, stop: StopRule | None) -> Proposal:
+        """Up to k drafts per row from `logits` (the draft's scores after the row's newest token), each fed
+        back through `lane` to score the next."""
         drafts, probs, confidence = [], [], []
         for i in range(k):
             # the same scoring as the target's at this position: the row's history, then its drafts so far
@@ -144,9 +155,10 @@ class ModelDrafter:
             logits = self._forward(lane, d[:, None], None)
         tokens = torch.stack(drafts, dim=1)
         probs = torch.stack(probs, dim=1) if probs else None
+        rows = batch.size
         if not self.confidence:
-            return Proposal(tokens, probs, [len(drafts)] * len(states), self.offer(batch, len(drafts)))
-        return Proposal(tokens, probs, [len(drafts)] * len(states), None, self._bins(confidence))
+            return Proposal(tokens, probs, [len(drafts)] * rows, self.offer(batch, len(drafts)))
+        return Proposal(tokens, probs, [len(drafts)] * rows, None, self._bins(confidence))
 
     def _bins(self, confidence: list[torch.Tensor]) -> torch.Tensor:
         return torch.bucketize(torch.cat(confidence, dim=1).float(), self._edges)

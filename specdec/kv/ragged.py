@@ -179,11 +179,13 @@ class RaggedKV:
         return visible
 
     def forward(self, input_ids: torch.Tensor, new_lengths: Sequence[int] | None = None,
-                logits_to_keep: int = 0) -> torch.Tensor:
+                logits_to_keep: int = 0, model=None) -> torch.Tensor:
         """Run the model on n new columns per row (input_ids [B, n]), appending their keys and values.
 
         new_lengths: optional host ints: row b's real tokens are its last new_lengths[b] columns, the ones
         before them padding (default: all n are real), so a row's real columns stay contiguous.
+        model: run this model instead of the lane's own, over the lane's cache: an early-exit view of it
+        (specdec.drafting.early_exit), which writes only its first layers' columns.
         Returns logits [B, n or logits_to_keep, V]."""
         n = input_ids.shape[1]
         if new_lengths is None:
@@ -213,10 +215,10 @@ class RaggedKV:
         # column it passes none to SDPA at all. Building ours costs about 0.5 ms a step and a masked SDPA is
         # slower still: SmolLM2 at batch 1 decodes 5% faster without them. Sliding windows keep ours.
         full = not ragged and self.window is None and all(r == q0 - self.start for r in self.lengths)
+        run = self.model if model is None else model
         try:
-            out = self.model(input_ids=input_ids, attention_mask=None if full else self._attention(q0, n, positions),
-                             position_ids=positions,
-                             cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+            out = run(input_ids=input_ids, attention_mask=None if full else self._attention(q0, n, positions),
+                      position_ids=positions, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
         finally:
             self.cache.pending = 0
         self.cache.length += n
@@ -327,6 +329,22 @@ class RaggedKV:
         if self.pos is not None:
             tables.append(self.pos[:, self.start:self.length])
         return tables
+
+    def mark(self) -> tuple:
+        """The lane's state now, for rewind(): what a self-speculative draft appends is taken back before the
+        target verifies (specdec.drafting.early_exit)."""
+        return (self.written, self.seq_len.clone(), list(self.lengths), list(self.span), list(self.new_real),
+                list(self.first_new))
+
+    def rewind(self, mark: tuple) -> None:
+        """Forget every column written since mark() (they must all be whole columns: forwards without
+        new_lengths). A growth in between moved the window, not its end relative to the written columns, so
+        the end is found from `written`. The columns' keys, values and mask entries stay as garbage past
+        `length`: every forward writes all of its columns' entries."""
+        written, seq_len, lengths, span, new_real, first_new = mark
+        self.cache.length -= self.written - written
+        self.written, self.seq_len = written, seq_len
+        self.lengths, self.span, self.new_real, self.first_new = lengths, span, new_real, first_new
 
     def crop(self, n: int) -> None:
         """Discard the last n columns of every row (all rows hold real tokens there)."""

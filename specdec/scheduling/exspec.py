@@ -43,11 +43,12 @@ class ExspecSource:
     commit_phase = "schedule"
 
     def __init__(self, target, draft_model, batch_size: int, max_new: int, k: int, backend: str | None,
-                 realign: str, window: int, prompts: Sequence[Sequence[int]], out: list[list[int]], timer):
+                 realign: str, window: int, prompts: Sequence[Sequence[int]], out: list[list[int]], timer,
+                 draft_room: int = 0):
         self.batch_size, self.backend, self.realign, self.timer = batch_size, backend, realign, timer
         self.prompts, self.out = prompts, out
         self.window = max(1, min(window, len(prompts)))
-        room = k + 1
+        room = k + 1 + draft_room  # the step's columns, and a self-speculative draft's in the target's lane
         extra = initial_room(max_new, k)  # bounded: the pools grow in scatter as rows do
         self.target_model = target
         self.pool = SlotPool(target, self.window, extra, room, backend, realign)
