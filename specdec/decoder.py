@@ -129,7 +129,9 @@ class SpeculativeDecoder:
                 check_placement(kv_model, "draft")
             costed = kv_model if kv_model is not None else getattr(self.drafter, "cost_model", None)
             ratio = parameter_count(costed) / parameter_count(target) if costed is not None else None
-            self.controller = controller or SpeculationController(self.k, draft_cost_ratio=ratio, enabled=adaptive)
+            first = getattr(self.drafter, "first_columns", 2)  # columns per row of a draft model's first forward
+            self.controller = controller or SpeculationController(self.k, draft_cost_ratio=ratio, enabled=adaptive,
+                                                                  draft_first_columns=first)
         # Last, once every check passed on every rank alike: building the ranks' control group is a collective.
         self.ranks = TensorParallelRanks.for_model(target, tp_timeout)
 

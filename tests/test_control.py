@@ -750,3 +750,30 @@ def test_judged_drafts_teach_the_table_and_the_row_factor():
 def test_draft_probabilities_are_clamped_as_min_max_would(p):
     # plan's inlined clamp must keep every decision what min(0.995, max(0.0, p)) made it, NaN included
     assert _clamp(p) == min(0.995, max(0.0, p))
+
+
+@pytest.mark.parametrize("first_columns,speculates", [(1, True), (2, False)], ids=["early-exit", "own-lane"])
+def test_a_drafts_first_forward_is_priced_at_its_own_width(first_columns, speculates):
+    # A draft model with a lane of its own starts a step with two columns per row (prev and last); the target's
+    # early exit with one (the target's lane holds the rest). Batch 1, drafts landing 80% at position 1 and never
+    # after: width 2 gives 1.8 tokens. Its first draft forward costs 1 ms over one column, 7 ms over two (a
+    # dear small-M product), so width 2 (12 ms of target) pays for the early exit and not for the own lane.
+    ctrl = SpeculationController(K, draft_cost_ratio=0.1, draft_first_columns=first_columns)
+    ctrl.clock = 10
+    for n in range(1, K + 2):
+        ctrl.target_costs.observe(n, 0.010 + 0.002 * (n - 1), ctrl.clock)
+    ctrl.draft_costs.observe(1, 0.001, ctrl.clock)
+    ctrl.draft_costs.observe(2, 0.007, ctrl.clock)
+    for j in range(1000):
+        ctrl.acceptance.observe(("model", 1), j % 10 < 8)
+        for i in range(2, K + 1):
+            ctrl.acceptance.observe(("model", i), False)
+    plan = ctrl.plan([0], [[("model", i) for i in range(1, K + 1)]])
+    assert not plan.explore
+    assert plan.width == (2 if speculates else 1), plan
+
+
+@pytest.mark.parametrize("value", [0, 3, 1.0, None])
+def test_draft_first_columns_is_checked(value):
+    with pytest.raises(ValueError, match="draft_first_columns must be 1 or 2"):
+        SpeculationController(K, draft_first_columns=value)

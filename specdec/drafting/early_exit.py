@@ -96,6 +96,7 @@ class EarlyExitDrafter(ModelDrafter):
 
     kv_model = None  # no lane of its own: it drafts in the target's
     writes_target = True  # the sources leave room in the target's lane for a step's draft columns
+    first_columns = 1  # a step's first forward feeds only each row's newest token
 
     def __init__(self, target, layers: int, early_stop: bool | None = None):
         super().__init__(early_exit_view(target, layers), early_stop)

@@ -53,6 +53,8 @@ class ModelDrafter:
             CPU models only; without it the step drafts the width the controller planned before it began.
     """
 
+    first_columns = 2  # a step's first forward feeds prev and last (besides any catch-up): the controller prices it
+
     def __init__(self, model, early_stop: bool | None = None):
         self.model = model
         self.kv_model = model

@@ -132,12 +132,19 @@ class SpeculationController:
             steps are spent measuring costs the controller has not seen.
         refresh_steps: a cost not measured for this many steps may be re-measured (contexts grow, costs drift).
         enabled: False gives fixed K (every row drafts all it can, width K + 1): the ablation's baseline.
+        draft_first_columns: the columns per row a draft model's first forward of a step takes besides any
+            catch-up: 2 for a draft model with a lane of its own (ModelDrafter: prev and last), 1 for the
+            target's early exit (EarlyExitDrafter: last only; the target's lane holds the rest).
     """
 
     def __init__(self, max_draft: int, *, draft_cost_ratio: float | None = None, explore_share: float = 0.03,
                  warmup_explore: int = 3, refresh_steps: int = 32, enabled: bool = True,
-                 row_strength: float = 4.0):
+                 row_strength: float = 4.0, draft_first_columns: int = 2):
+        if isinstance(draft_first_columns, bool) or draft_first_columns not in (1, 2) \
+                or not isinstance(draft_first_columns, int):
+            raise ValueError(f"draft_first_columns must be 1 or 2, got {draft_first_columns!r}")
         self.k = int(max_draft)
+        self.first_columns = draft_first_columns
         self.enabled = enabled
         self.explore_share = explore_share
         self.warmup_explore = warmup_explore
@@ -432,11 +439,11 @@ class SpeculationController:
                 out[c] += v * count * g[c if c < o else o]
         return out
 
-    @staticmethod
-    def _draft_forwards(batch: int, catch_up: int, cost) -> tuple[float, float, float]:
+    def _draft_forwards(self, batch: int, catch_up: int, cost) -> tuple[float, float, float]:
         """A draft model's forwards for a step, by cost(N): (the first, carrying the catch-up columns; the first
         without them; each later one)."""
-        return cost(batch * (catch_up + 2)), cost(batch * 2), cost(batch)
+        first = self.first_columns
+        return cost(batch * (catch_up + first)), cost(batch * first), cost(batch)
 
     @staticmethod
     def _draft_seconds(forwards, drafts: int, catch_up: int, horizon: float) -> tuple[float, float]:
