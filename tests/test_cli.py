@@ -135,6 +135,12 @@ def _bad_flag_cases():
         ("autoregressive-with-ngram", ["run", "--scheduler", "autoregressive", "--drafter", "ngram"],
          "decodes without a drafter"),
         ("ngram-and-draft-dtype", ["run", "--drafter", "ngram", "--draft-dtype", "float16"], "drop --draft-dtype"),
+        ("early-exit-and-draft-dtype", ["run", "--drafter", "early-exit", "--draft-dtype", "float16"],
+         "--drafter early-exit drafts with the target's own layers: drop --draft-dtype"),
+        ("exit-layer-without-early-exit", ["run", "--exit-layer", "2"], "--exit-layer is the depth of --drafter"),
+        ("exit-layer-0", ["run", "--drafter", "early-exit", "--exit-layer", "0"], "--exit-layer must be >= 1, got 0"),
+        ("autoregressive-with-early-exit", ["run", "--scheduler", "autoregressive", "--drafter", "early-exit"],
+         "decodes without a drafter"),
         ("target-missing-folder", ["run", "--target", "/no/such/folder", "--drafter", "ngram"],
          "--target '/no/such/folder': model folder does not exist"),
         ("real-demo-per-category-0", ["real-demo", "--per-category", "0"], "--per-category must be >= 1"),
@@ -245,6 +251,27 @@ def test_cli_bad_choice_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit) as info:
         main(["run", "--scheduler", "fastest"])
     assert info.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra", [[], ["--exit-layer", "3"]], ids=["default-depth", "exit-layer-3"])
+def test_cli_run_early_exit_is_exact(tmp_path, capsys, extra):
+    out = tmp_path / "run.json"
+    assert main(["run", "--drafter", "early-exit", "--limit", "3", "--max-new-tokens", "8", "--batch-size", "2",
+                 "--check", "--json", str(out)] + extra) == 0
+    data = json.loads(out.read_text())
+    assert data["summary"]["exact"] == 1.0 and data["summary"]["stats"]["catch_up_columns"] == 0
+    assert f"its first {extra[1] if extra else 2} layers as early exit" in capsys.readouterr().out
+
+
+def test_cli_early_exit_on_a_target_folder(tmp_path, tiny_folder, capsys):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("w1 w2 w3\nw4\nw5 w6\n")
+    assert main(["run", "--target", str(tiny_folder), "--drafter", "early-exit", "--prompts", str(prompts),
+                 "--max-new-tokens", "5", "--batch-size", "2", "--check", "--no-chat-template"]) == 0
+    assert "early exit" in capsys.readouterr().out
+    assert main(["run", "--target", str(tiny_folder), "--drafter", "early-exit", "--exit-layer", "9",
+                 "--prompts", str(prompts)]) == 2
+    assert "--exit-layer 9: layers must be an int in 1.." in capsys.readouterr().err
 
 
 def test_cli_run_embedded_pair_is_exact(tmp_path, capsys):

@@ -20,9 +20,10 @@ import torch
 import specdec_kernels as sk
 
 from ..decoder import SCHEDULERS, SpeculativeDecoder
+from ..drafting.early_exit import EarlyExitDrafter
 from ..drafting.ngram import NgramDrafter
 from ..kv.ragged import REALIGN_MODES
-from ..models.demo import build_default_pair
+from ..models.demo import DRAFT_LAYERS, build_default_pair
 from ..models.hf import load_causal_lm
 from .check import greedy_reference
 from .loading import folder_name, load_draft
@@ -52,14 +53,20 @@ def _supported(run: dict) -> bool:
 
 
 def load_pair(device: str, target_dir: str | None = None, draft_dir: str | None = None, drafter: str = "model",
-              draft_dtype: str | None = None, prompts: list[str] = (), chat: bool = True):
+              draft_dtype: str | None = None, prompts: list[str] = (), chat: bool = True,
+              exit_layer: int | None = None):
     """(target, draft model or drafter, encoded prompts, description of the models)."""
     if target_dir is None:
         target, draft, tokenizer = build_default_pair()
-        return target.to(device), draft.to(device), [tokenizer.encode(t) for t in prompts], EMBEDDED
+        target = target.to(device)
+        if drafter == "early-exit":
+            layers = exit_layer or DRAFT_LAYERS
+            return target, EarlyExitDrafter(target, layers), [tokenizer.encode(t) for t in prompts], \
+                f"embedded 8-layer Llama target + its first {layers} layers as early exit (its own cache)"
+        return target, draft.to(device), [tokenizer.encode(t) for t in prompts], EMBEDDED
     target, tokenizer = load_causal_lm(target_dir, device=device)
     draft, what = load_draft(target, tokenizer, draft=draft_dir, drafter=drafter,
-                             draft_dtype=draft_dtype or "float16", device=device)
+                             draft_dtype=draft_dtype or "float16", device=device, exit_layer=exit_layer)
     return target, draft, encode(tokenizer, list(prompts), chat), f"{folder_name(target_dir)} target + {what}"
 
 
@@ -68,10 +75,11 @@ def run_ablation(quick: bool = False, json_out: str | None = "results/ablation.j
                  max_new_tokens: int | None = None, k: int = 4, batch_sizes: list[int] | None = None,
                  limit: int | None = None, target_dir: str | None = None, draft_dir: str | None = None,
                  drafter: str = "model", draft_dtype: str | None = None, chat: bool = True,
-                 command: str | None = None) -> dict:
+                 command: str | None = None, exit_layer: int | None = None) -> dict:
     torch.set_num_threads(threads)
     texts = load_prompts(prompts, limit=limit or (8 if quick else 24))
-    target, draft, ids, models = load_pair(device, target_dir, draft_dir, drafter, draft_dtype, texts, chat)
+    target, draft, ids, models = load_pair(device, target_dir, draft_dir, drafter, draft_dtype, texts, chat,
+                                           exit_layer)
     max_new = max_new_tokens or (32 if quick else 64)
     print(f"specdec ablate: {models}; {len(ids)} prompts, {max_new} new tokens, K={k} every step, "
           f"{threads} thread(s), {device}", flush=True)

@@ -41,6 +41,8 @@ from ..validation import check_seed
 from .ablation import run_ablation
 from .check import check_against_greedy
 from .demo import run_demo
+from ..drafting.early_exit import EarlyExitDrafter
+from ..models.demo import DRAFT_LAYERS
 from .loading import DTYPES, check_drafter_flags, check_model_folder, folder_name, load_draft
 from .progress import Progress
 from .prompts import encode, load_prompt_records, load_prompts
@@ -55,8 +57,12 @@ def _add_model_args(p: argparse.ArgumentParser, draft_default: str) -> None:
     g = p.add_argument_group("models")
     g.add_argument("--target", help="local Hugging Face causal LM folder (default: the embedded demo pair)")
     g.add_argument("--draft", help="local Hugging Face folder of the draft model (same tokenizer)")
-    g.add_argument("--drafter", choices=("model", "ngram"), default="model",
-                   help="draft model, or prompt-lookup n-gram drafting (no model)")
+    g.add_argument("--drafter", choices=("model", "ngram", "early-exit"), default="model",
+                   help="draft model, prompt-lookup n-gram drafting (no model), or the target's own first "
+                        "--exit-layer layers over its own cache (self-speculation)")
+    g.add_argument("--exit-layer", type=int, default=None, metavar="L",
+                   help="--drafter early-exit: the target layers it drafts with (default: the embedded pair's 2, "
+                        "a quarter of a --target's layers)")
     g.add_argument("--draft-dtype", choices=tuple(DTYPES), default=None,
                    help=f"use a copy of the target's weights in this dtype as the draft model ({draft_default})")
     g.add_argument("--no-chat-template", action="store_true", help="feed prompts raw, not through a chat template")
@@ -185,7 +191,7 @@ def load_models(args):
         if args.scheduler == "autoregressive":
             return target, None, tokenizer, f"{name}, no drafter"
         draft, what = load_draft(target, tokenizer, draft=args.draft, drafter=args.drafter,
-                                 draft_dtype=args.draft_dtype, device=args.device)
+                                 draft_dtype=args.draft_dtype, device=args.device, exit_layer=args.exit_layer)
         return target, draft, tokenizer, f"{name} + {what}"
     target, draft, tokenizer = build_default_pair()
     target, draft = target.to(args.device), draft.to(args.device)
@@ -193,6 +199,10 @@ def load_models(args):
         return target, None, tokenizer, "embedded 8-layer Llama, no drafter"
     if args.drafter == "ngram":
         return target, NgramDrafter(), tokenizer, "embedded 8-layer Llama + n-gram drafter"
+    if args.drafter == "early-exit":
+        layers = args.exit_layer or DRAFT_LAYERS
+        return target, EarlyExitDrafter(target, layers), tokenizer, \
+            f"embedded 8-layer Llama + its first {layers} layers as early exit (its own cache)"
     if args.draft_dtype:
         draft = draft.to(DTYPES[args.draft_dtype])
     return target, draft, tokenizer, "embedded 8-layer Llama + its 2-layer layer-skip draft"
@@ -320,10 +330,10 @@ def _check_run(args) -> None:
     autoregressive = args.scheduler == "autoregressive"
     if args.fixed_k and autoregressive:
         raise ValueError("--fixed-k fixes the drafts per step, and --scheduler autoregressive drafts none: drop one")
-    if autoregressive and (args.draft or args.draft_dtype or args.drafter == "ngram"):
+    if autoregressive and (args.draft or args.draft_dtype or args.drafter != "model"):
         raise ValueError("--scheduler autoregressive decodes without a drafter: drop --draft, --draft-dtype and "
-                         "--drafter ngram")
-    check_drafter_flags(args.target, args.draft, args.drafter, args.draft_dtype)
+                         "--drafter ngram / early-exit")
+    check_drafter_flags(args.target, args.draft, args.drafter, args.draft_dtype, args.exit_layer)
     if args.target and not autoregressive and args.drafter == "model" and not (args.draft or args.draft_dtype):
         raise ValueError("--target needs a drafter: --draft DIR, --draft-dtype float16, or --drafter ngram "
                          "(or --scheduler autoregressive for plain decoding)")
@@ -345,6 +355,8 @@ def _check_tp(args, device: torch.device) -> None:
     if args.draft_dtype:
         raise ValueError("--draft-dtype with --tp would put a whole copy of the sharded target on every rank: "
                          "give a smaller --draft DIR or --drafter ngram")
+    if args.drafter == "early-exit":
+        raise ValueError("--drafter early-exit is not supported with --tp yet: give --draft DIR or --drafter ngram")
     if not distributed_available():
         raise ValueError("--tp needs torch.distributed, which this torch build lacks")
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -379,7 +391,7 @@ def _check_ablate(args) -> None:
     _at_least(args.num_draft_tokens, 1, "--num-draft-tokens")
     for size in args.batch_sizes or ():
         _at_least(size, 1, "--batch-sizes")
-    check_drafter_flags(args.target, args.draft, args.drafter, args.draft_dtype)
+    check_drafter_flags(args.target, args.draft, args.drafter, args.draft_dtype, args.exit_layer)
     if args.draft_dtype and not args.target:
         raise ValueError("--draft-dtype needs --target (the embedded pair's draft is its layer-skip model)")
     _check_prompts(args.prompts)
@@ -490,7 +502,8 @@ def main(argv=None) -> int:
                          threads=args.threads, prompts=args.prompts, max_new_tokens=args.max_new_tokens,
                          k=args.num_draft_tokens, batch_sizes=args.batch_sizes, limit=args.limit,
                          target_dir=args.target, draft_dir=args.draft, drafter=args.drafter,
-                         draft_dtype=args.draft_dtype, chat=not args.no_chat_template, command=args.command_line)
+                         draft_dtype=args.draft_dtype, chat=not args.no_chat_template, command=args.command_line,
+                         exit_layer=args.exit_layer)
     except ValueError as e:
         print(f"specdec: error: {e}", file=sys.stderr)
         return 2

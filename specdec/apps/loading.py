@@ -8,7 +8,9 @@ import os
 
 import torch
 
+from ..drafting.early_exit import EarlyExitDrafter
 from ..drafting.ngram import NgramDrafter
+from ..kv.geometry import kv_geometry
 from ..models.hf import cheap_copy, check_tokenizers_match, load_causal_lm
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -32,13 +34,22 @@ def check_model_folder(path: str | None, flag: str) -> None:
         raise ValueError(f"{flag} {path!r} has no config.json: not a Hugging Face model folder")
 
 
-def check_drafter_flags(target: str | None, draft: str | None, drafter: str, draft_dtype: str | None) -> None:
-    """One drafter per command line: --draft DIR, --draft-dtype D or --drafter ngram, never two of them."""
+def check_drafter_flags(target: str | None, draft: str | None, drafter: str, draft_dtype: str | None,
+                        exit_layer: int | None = None) -> None:
+    """One drafter per command line: --draft DIR, --draft-dtype D, --drafter ngram or --drafter early-exit, never
+    two of them; --exit-layer only with --drafter early-exit."""
     if draft and not target:
         raise ValueError("--draft needs --target (the embedded pair brings its own draft)")
     if drafter == "ngram" and (draft or draft_dtype):
         given = "--draft" if draft else "--draft-dtype"
         raise ValueError(f"--drafter ngram drafts without a model: drop {given} (or drop --drafter ngram)")
+    if drafter == "early-exit" and (draft or draft_dtype):
+        given = "--draft" if draft else "--draft-dtype"
+        raise ValueError(f"--drafter early-exit drafts with the target's own layers: drop {given}")
+    if exit_layer is not None and drafter != "early-exit":
+        raise ValueError("--exit-layer is the depth of --drafter early-exit: add --drafter early-exit or drop it")
+    if exit_layer is not None and exit_layer < 1:
+        raise ValueError(f"--exit-layer must be >= 1, got {exit_layer}")
     if draft and draft_dtype:
         raise ValueError("--draft DIR and --draft-dtype are two draft models: give one")
     check_model_folder(target, "--target")
@@ -46,11 +57,18 @@ def check_drafter_flags(target: str | None, draft: str | None, drafter: str, dra
 
 
 def load_draft(target, tokenizer, *, draft: str | None = None, drafter: str = "model",
-               draft_dtype: str | None = "float16", device="cpu"):
+               draft_dtype: str | None = "float16", device="cpu", exit_layer: int | None = None):
     """(draft model or drafter, description) for a target loaded from a folder: the --draft folder, the n-gram
-    drafter, or a copy of the target's weights in draft_dtype."""
+    drafter, the target's own first exit_layer layers (default: a quarter of them), or a copy of the target's
+    weights in draft_dtype."""
     if drafter == "ngram":
         return NgramDrafter(), "n-gram drafter"
+    if drafter == "early-exit":
+        layers = exit_layer or max(1, kv_geometry(target.config)[0] // 4)
+        try:
+            return EarlyExitDrafter(target, layers), f"its first {layers} layers as early exit (its own cache)"
+        except ValueError as e:
+            raise ValueError(f"--exit-layer {layers}: {e}") from None
     if draft:
         model, draft_tokenizer = load_causal_lm(draft, device=device)
         check_tokenizers_match(tokenizer, draft_tokenizer)
