@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import os
 import random
 import statistics
@@ -25,8 +26,9 @@ import torch
 
 from specdec.apps.prompts import by_category, encode, load_prompt_records
 from specdec.decoder import SpeculativeDecoder
+from specdec.drafting.early_exit import EarlyExitDrafter
 from specdec.drafting.ngram import NgramDrafter
-from specdec.models.demo import build_default_pair
+from specdec.models.demo import DRAFT_LAYERS, build_default_pair
 
 
 def controller_at(rev: str) -> type:
@@ -61,7 +63,10 @@ def measure(target, make_drafter, ids, batch_size: int, old_controller: type, *,
                 "old": SpeculativeDecoder(target, make_drafter(), num_draft_tokens=k),
                 "fixed": SpeculativeDecoder(target, make_drafter(), num_draft_tokens=k, adaptive=False)}
     new = decoders["new"].controller
-    decoders["old"].controller = old_controller(k, draft_cost_ratio=new.draft_ratio)
+    options = {"draft_cost_ratio": new.draft_ratio}
+    if "draft_first_columns" in inspect.signature(old_controller).parameters:  # an older one prices 2 columns
+        options["draft_first_columns"] = new.first_columns
+    decoders["old"].controller = old_controller(k, **options)
     seconds = {n: [] for n in decoders}
     stats = {n: [] for n in decoders}
     outputs = {}
@@ -92,7 +97,9 @@ def main(argv=None) -> int:
     p.add_argument("--rev", default="HEAD~1", help="git revision of the controller to compare with")
     p.add_argument("--category", default="math")
     p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--drafter", choices=("layerskip", "ngram"), default="layerskip")
+    p.add_argument("--drafter", choices=("earlyexit", "layerskip", "ngram"), default="earlyexit",
+                   help="the demo target's first 2 layers over its own cache (earlyexit) or as a draft model with its "
+                        "own cache (layerskip), or the n-gram drafter")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--threads", type=int, default=1)
@@ -101,7 +108,8 @@ def main(argv=None) -> int:
     old = controller_at(args.rev)
     target, layerskip, tokenizer = build_default_pair()
     ids = encode(tokenizer, by_category(load_prompt_records(None))[args.category], False)
-    make = (lambda: layerskip) if args.drafter == "layerskip" else NgramDrafter
+    make = {"earlyexit": lambda: EarlyExitDrafter(target, DRAFT_LAYERS), "layerskip": lambda: layerskip,
+            "ngram": NgramDrafter}[args.drafter]
     rows = measure(target, make, ids, args.batch_size, old, repeats=args.repeats, max_new=args.max_new_tokens)
     print(f"demo pair, {args.category}: {len(ids)} prompts, batch {args.batch_size}, {args.drafter}, "
           f"{args.max_new_tokens} new tokens, {args.repeats} repeats, {args.threads} thread(s), process CPU time; "

@@ -2,7 +2,8 @@
 
 The package in layers, each importing only the ones above it in this list:
     kv/          KV state: the slab cache, a right-aligned ragged batch, EXSPEC's slot pool, the step handle
-    drafting/    the drafter protocol, a draft model over its KV lane, prompt-lookup n-grams
+    drafting/    the drafter protocol, a draft model over its KV lane, the target's early exit over the target's
+                 lane, prompt-lookup n-grams
     scheduling/  the decode loop, EQSPEC and EXSPEC as its batch sources, the speculation controller
     decoder.py   SpeculativeDecoder: the facade
     hf_generate  specdec.generate: model.generate's inputs and outputs (padded batches, generation configs, logits
@@ -14,7 +15,7 @@ sampling.py, timing.py and validation.py are shared utilities of the core layers
 """
 
 from .decoder import GenerationResult, SpeculativeDecoder
-from .drafting import Drafter, ModelDrafter, NgramDrafter, Proposal
+from .drafting import Drafter, EarlyExitDrafter, ModelDrafter, NgramDrafter, Proposal
 from .hf_generate import generate
 from .kv import RaggedKV, SlabCache
 from .processing import ProcessorScoring
@@ -22,6 +23,6 @@ from .sampling import SamplingConfig, processed_probs
 from .scheduling import SpeculationController
 from .timing import PHASES, PhaseTimer
 
-__all__ = ["Drafter", "GenerationResult", "ModelDrafter", "NgramDrafter", "PHASES", "PhaseTimer", "ProcessorScoring",
-           "Proposal", "RaggedKV", "SamplingConfig", "SlabCache", "SpeculationController", "SpeculativeDecoder",
+__all__ = ["Drafter", "EarlyExitDrafter", "GenerationResult", "ModelDrafter", "NgramDrafter", "PHASES", "PhaseTimer",
+           "ProcessorScoring", "Proposal", "RaggedKV", "SamplingConfig", "SlabCache", "SpeculationController", "SpeculativeDecoder",
            "generate", "processed_probs"]

@@ -777,3 +777,4 @@ def test_a_drafts_first_forward_is_priced_at_its_own_width(first_columns, specul
 def test_draft_first_columns_is_checked(value):
     with pytest.raises(ValueError, match="draft_first_columns must be 1 or 2"):
         SpeculationController(K, draft_first_columns=value)
+

@@ -22,6 +22,7 @@ from engine_models import SPEC_SCHEDULERS, decoder
 import specdec
 from specdec import processed_probs
 from specdec.models import tiny_model
+from specdec.drafting.early_exit import EarlyExitDrafter, early_exit_view
 from specdec.drafting.ngram import NgramDrafter
 from specdec.processing import from_generation_config
 
@@ -107,6 +108,7 @@ DIST_CASES = [
     ("k3-reppen-minp-topk-norepeat2", 3, "model", 1.0, 6, 1.0, 3, 12000, 11),
     ("prompt-lookup-k2-reppen-minp-topk", 2, "lookup", 0.9, 6, 1.0, 3, 12000, 9),
     ("autoregressive-reppen-minp-topk", 1, None, 1.0, 6, 1.0, 2, 8000, 10),
+    ("early-exit-k3-temp0.9", 3, "early-exit", 0.9, 0, 1.0, 3, 12000, 12),
 ]
 
 # cases decoded through transformers logits processors: these options on top of temperature, top-k and top-p.
@@ -124,7 +126,8 @@ FRONT_DOOR = {"k3-reppen-minp-topk", "k3-reppen-minp-topk-norepeat2"}
 # cases that also run with the widths chosen by a controller (a seeded script, or the real one from timings):
 # lossless whatever the widths, as long as they are chosen before the target's verdict
 CONTROLLED = {"k2-temp0.7-topk5": ("scripted", "adaptive"), "k3-temp1.3-topp0.8": ("scripted",),
-              "prompt-lookup-k3": ("scripted", "adaptive"), "k3-reppen-minp-topk": ("scripted",)}
+              "prompt-lookup-k3": ("scripted", "adaptive"), "k3-reppen-minp-topk": ("scripted",),
+              "early-exit-k3-temp0.9": ("scripted", "adaptive")}
 
 
 def _dist_params():
@@ -145,6 +148,8 @@ def _dist_params():
 def test_joint_distribution_matches_target(k, drafter, temperature, top_k, top_p, depth, n, seed, scheduler,
                                            control, options, entry):
     target, draft = small_target(), small_draft()
+    if drafter == "early-exit":  # the target's own first layer drafts: its distribution is the one to tell apart
+        draft = early_exit_view(target, 1)
     batch_size = 2 * n // 3 if scheduler == "exspec" else n
     if entry == "generate":
         extra = {"model": {"assistant_model": draft}, "lookup": {"prompt_lookup_num_tokens": k}, None: {}}[drafter]
@@ -154,7 +159,8 @@ def test_joint_distribution_matches_target(k, drafter, temperature, top_k, top_p
                                **(options or {}), **extra)
         sequences, stats = out[:, len(PROMPT):].tolist(), None
     else:
-        drafter = {"model": draft, "lookup": NgramDrafter(), None: None}[drafter]
+        drafter = {"model": draft, "lookup": NgramDrafter(), None: None}[drafter] if drafter != "early-exit" \
+            else EarlyExitDrafter(target, 1)
         dec = decoder(target, drafter, scheduler, window=n, num_draft_tokens=k, control=control)
         sampling = {"do_sample": True, "temperature": temperature, "top_k": top_k, "top_p": top_p}
         if options is not None:

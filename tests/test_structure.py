@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine_models import draft, prompts, target
-from specdec import ModelDrafter, NgramDrafter, SpeculativeDecoder
+from specdec import EarlyExitDrafter, ModelDrafter, NgramDrafter, SpeculativeDecoder
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = {"specdec": ROOT / "specdec", "specdec_kernels": ROOT / "kernels"}
@@ -156,12 +156,14 @@ def sync_counter(monkeypatch):
 def _drafter(kind):
     if kind == "ngram":
         return NgramDrafter()
+    if kind == "early-exit":
+        return EarlyExitDrafter(target("llama"), 1, early_stop=False)
     return ModelDrafter(draft("llama", "agree"), early_stop=False)
 
 
 @pytest.mark.parametrize("do_sample", [False, True], ids=["greedy", "sampling"])
 @pytest.mark.parametrize("realign", ["shift", "mask"])
-@pytest.mark.parametrize("kind", ["model", "ngram"])
+@pytest.mark.parametrize("kind", ["model", "ngram", "early-exit"])
 def test_eqspec_host_syncs_per_step(sync_counter, kind, realign, do_sample):
     # Fixed K (every step speculates) and batch 3 over 3 prompts (no refill), so every step is a full one.
     ps = prompts((4, 19, 9), seed=91)

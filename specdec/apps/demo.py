@@ -1,5 +1,6 @@
-"""`make demo`: the embedded pair on the shipped prompts, plain batched decoding against EQSPEC with the
-layer-skip draft model and with the n-gram drafter, every output checked against plain greedy decoding."""
+"""`make demo`: the embedded pair on the shipped prompts, plain batched decoding against EQSPEC with the target's
+first 2 layers as its draft (early exit over the target's own cache, and the same layers as a draft model with a
+cache of its own) and with the n-gram drafter, every output checked against plain greedy decoding."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import specdec_kernels as sk
 
 from .check import plain_greedy
 from ..decoder import SpeculativeDecoder
+from ..drafting.early_exit import EarlyExitDrafter
 from ..drafting.ngram import NgramDrafter
-from ..models.demo import build_default_pair, shipped_prompts
+from ..models.demo import DRAFT_LAYERS, build_default_pair, shipped_prompts
 from .report import format_runs, run_summary
 
 
@@ -28,11 +30,14 @@ def run_demo(threads: int = 1, backend: str | None = None, batch_size: int = 8, 
               f"{threads} thread(s), kernels backend {chosen!r} (available: {', '.join(sk.available_backends())})")
     print(header)
     print("target: 8-layer random Llama (byte vocabulary) whose late layers only refine; draft: its first 2 "
-          "layers (see specdec/models/demo.py)\n")
+          "layers, run over the target's own cache (early exit) or as a model of their own (see "
+          "specdec/models/demo.py)\n")
     start = time.perf_counter()
     reference = [plain_greedy(target, p, max_new_tokens)[0] for p in prompts]
     print(f"plain greedy reference (target.generate, one prompt at a time): {time.perf_counter() - start:.1f} s")
-    runs = [("autoregressive (batched)", "autoregressive", None), ("eqspec + layer-skip draft", "eqspec", draft),
+    runs = [("autoregressive (batched)", "autoregressive", None),
+            ("eqspec + layer-skip, early exit", "eqspec", EarlyExitDrafter(target, DRAFT_LAYERS)),
+            ("eqspec + layer-skip, own cache", "eqspec", draft),
             ("eqspec + n-gram drafter", "eqspec", NgramDrafter())]
     rows = []
     for name, scheduler, drafter in runs:
