@@ -174,7 +174,7 @@ class SpeculationController:
         self.predicted_seconds = 0.0
         self.judged_drafts = 0  # unverified drafts judged in hindsight (judge)
         self._rest: tuple | None = None  # (until clock, rows, keys priced): a plain step that stands (REST_GAP)
-        self._drafting: tuple | None = None  # keep_drafting's (plan, table version, position keys, factors, priors)
+        self._drafting: list | None = None  # keep_drafting's stand for the step under way (_drafting_memo)
 
     # ------------------------------------------------------------------------------------------- costs
     def observe_target(self, tokens: int, seconds: float) -> None:
@@ -555,30 +555,55 @@ class SpeculationController:
         if drafted >= self.k:
             return False
         batch = len(plan.rows)
-        # Per row, expected tokens with c drafts: its drafts so far, then the position priors for the rest. The
-        # row factors and the position priors stand for the whole step (the tables change only in record):
-        # computed on the step's first call (the draft model asks after every draft).
+        # Row b's expected tokens grow by P_b * G_b(m) with m more drafts: P_b, the chance its drafts so far all
+        # land (their own keys), times G_b(m) = sum_{i<=m} prod_{j<=i} q_b[drafted + j], the position priors of
+        # the drafts to come (with the row's factor). The row factors, the priors and so every G stand for the
+        # whole step (the tables change only in record): computed on the step's first call, as is P_b, which
+        # each later call extends by the one new draft (the draft model asks after every draft).
         memo, ahead = self._drafting, list(position_keys[:self.k])
         if memo is None or memo[0] is not plan or memo[1] != self.acceptance.version or memo[2] != ahead:
-            factors = [self._row_factor(r) for r in plan.rows]
-            memo = self._drafting = (plan, self.acceptance.version, ahead, factors,
-                                     [self.probs(None, ahead, f) for f in factors])
-        gains = [self._cumulative(self.probs(None, k[:drafted], f) + p[drafted:])
-                 for k, f, p in zip(keys, memo[3], memo[4])]
-        value = plan.predicted_value if plan.worth is not None else plan.predicted_tokens
-        rate = value / plan.predicted_seconds if plan.predicted_seconds > 0 else 0.0
-        worth = plan.worth or [1.0] * batch
-        now_tokens = sum(v * g[drafted] for v, g in zip(worth, gains))
+            memo = self._drafting = self._drafting_memo(plan, ahead)
+        factors, tails, worth, rate, chance = memo[3], memo[4], memo[5], memo[6], memo[7]
+        done, land = chance
+        if done != drafted - 1:  # not the next call of this step's sequence: from the drafts' keys alone
+            done, land = 0, [1.0] * batch
+        keyrate = self.acceptance.rate
+        for i in range(done, drafted):
+            land = [x * _clamp(f * keyrate(k[i])) for x, f, k in zip(land, factors, keys)]
+        memo[7] = (drafted, land)
         now_seconds = self._target_estimate(batch * (drafted + 1))
         draft_s = ((self.draft_costs.estimate(batch) if self.draft_costs else 0.0) or 0.0)
         for more in range(1, self.k - drafted + 1):
-            tokens = sum(v * g[drafted + more] for v, g in zip(worth, gains))
-            seconds = more * draft_s + self._target_estimate(batch * (drafted + 1 + more))
-            if seconds > now_seconds and (tokens - now_tokens) / (seconds - now_seconds) > rate:
+            gain = sum(v * x * t[drafted][more - 1] for v, x, t in zip(worth, land, tails))
+            extra = more * draft_s + self._target_estimate(batch * (drafted + 1 + more)) - now_seconds
+            if extra > 0 and gain / extra > rate:
                 return True
-            if seconds <= now_seconds and tokens > now_tokens:
+            if extra <= 0 and gain > 0:
                 return True
         return False
+
+    def _drafting_memo(self, plan: Plan, ahead: list) -> list:
+        """keep_drafting's stand for a step: [plan, table version, position keys, row factors, per row
+        tails[d][m - 1] = G(m) after d drafts, token worth, the plan's rate, (drafts counted, P per row)]."""
+        factors = [self._row_factor(r) for r in plan.rows]
+        tails, shared = [], {}
+        for f in factors:
+            row = shared.get(f)
+            if row is None:
+                q = self.probs(None, ahead, f)
+                row = shared[f] = []
+                for d in range(len(q) + 1):
+                    run, total, out = 1.0, 0.0, []
+                    for p in q[d:]:
+                        run *= p
+                        total += run
+                        out.append(total)
+                    row.append(out)
+            tails.append(row)
+        value = plan.predicted_value if plan.worth is not None else plan.predicted_tokens
+        rate = value / plan.predicted_seconds if plan.predicted_seconds > 0 else 0.0
+        worth = plan.worth or [1.0] * len(factors)
+        return [plan, self.acceptance.version, ahead, factors, tails, worth, rate, (0, [1.0] * len(factors))]
 
     def record(self, plan: Plan, keys: Sequence[Sequence[tuple]], accepted: Sequence[int],
                seconds: float | None = None) -> None:
@@ -603,13 +628,15 @@ class SpeculationController:
             for row, k, a, n in zip(plan.rows, keys, accepted, reached):
                 if n:
                     expected = sum(self.probs(row, k[:n]))  # with the row factor before this step
-                    rec = self.rows.setdefault(row, RowRecord())
+                    rec = self.rows.get(row)
+                    if rec is None:
+                        rec = self.rows[row] = RowRecord()
                     rec.accepted += min(a, n)
                     rec.expected += expected
         self._forward_seconds = 0.0
+        observe = self.acceptance.observe_row
         for row_keys, a, n in zip(keys, accepted, reached):
-            for i in range(n):
-                self.acceptance.observe(row_keys[i], i < a)
+            observe(row_keys, n, a)
         self.acceptance.now += 1.0
 
     def judge(self, outcomes: Sequence[tuple[Hashable, Sequence[tuple], int]]) -> None:
@@ -622,11 +649,12 @@ class SpeculationController:
             return
         expected = [sum(self.probs(row, keys)) for row, keys, _ in outcomes]
         for (row, keys, a), e in zip(outcomes, expected):
-            rec = self.rows.setdefault(row, RowRecord())
+            rec = self.rows.get(row)
+            if rec is None:
+                rec = self.rows[row] = RowRecord()
             rec.accepted += a
             rec.expected += e
-            for i, key in enumerate(keys):
-                self.acceptance.observe(key, i < a)
+            self.acceptance.observe_row(keys, len(keys), a)
         self.judged_drafts += sum(len(keys) for _, keys, _ in outcomes)
 
     def begin_run(self) -> None:

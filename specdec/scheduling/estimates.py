@@ -206,18 +206,29 @@ class AcceptanceTable:
         return h
 
     def observe(self, key: tuple, accepted: bool) -> None:
+        self.observe_row((key,), 1, int(accepted))
+
+    def observe_row(self, keys, reached: int, accepted: int) -> None:
+        """The verdicts on the first `reached` drafts of one row (features `keys`), of which the first `accepted`
+        landed: observe(keys[i], i < accepted) for each, with the caches cleared once (record's hot path)."""
+        if reached <= 0:
+            return
         self._rates.clear()
         self._hopes.clear()
         self.version += 1
-        counts, now = self.counts, self._now
-        for depth in range(1, len(key) + 1):
-            sub = key[:depth]
-            c = counts.get(sub)
-            if c is None:
-                c = counts[sub] = [0.0, 0.0, now]
-            elif c[2] != now:
-                self._faded(c)
-            c[0] += accepted
-            c[1] += 1
-        self.accepted += accepted
-        self.verdicts += 1
+        counts, now, faded = self.counts, self._now, self._faded
+        for i in range(reached):
+            key = keys[i]
+            landed = i < accepted
+            for depth in range(1, len(key) + 1):
+                sub = key[:depth]
+                c = counts.get(sub)
+                if c is None:
+                    c = counts[sub] = [0.0, 0.0, now]
+                elif c[2] != now:
+                    faded(c)
+                c[0] += landed
+                c[1] += 1
+        landed = min(accepted, reached)
+        self.accepted += landed
+        self.verdicts += reached
