@@ -510,6 +510,19 @@ def test_real_demo_without_check_and_one_drafter(tmp_path, tiny_folder, capsys):
     assert report["header"].startswith("specdec real-demo: tiny, 2 prompts in 1 categories")
 
 
+def test_real_demo_early_exit_on_a_tiny_folder(tmp_path, tiny_folder):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("w1 w2 w1 w2\nw3 w4\n")
+    model, tokenizer = load_causal_lm(tiny_folder)
+    report = run_real_demo(load=lambda: (model, tokenizer, "tiny"), prompts=str(prompts), per_category=None,
+                           max_new_tokens=4, batch_sizes=(2,), repeats=1, drafters=("earlyexit",),
+                           show=lambda line: None)
+    runs = {r["run"]: r for r in report["rows"]}
+    assert set(runs) == {"plain", "early exit (first quarter), adaptive", "early exit (first quarter), fixed K=4"}
+    assert all(r["exact"] and r["greedy_matches"] == r["prompts"] for r in runs.values())
+    assert runs["early exit (first quarter), fixed K=4"]["mean_width"] == 5.0
+
+
 @pytest.mark.parametrize("drafter", ["float16", "ngram"])
 def test_ablate_target_on_a_tiny_folder(tmp_path, tiny_folder, drafter):
     out, plot = tmp_path / "ablation.json", tmp_path / "ablation.png"

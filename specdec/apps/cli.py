@@ -46,7 +46,7 @@ from ..models.demo import DRAFT_LAYERS
 from .loading import DTYPES, check_drafter_flags, check_model_folder, folder_name, load_draft
 from .progress import Progress
 from .prompts import encode, load_prompt_records, load_prompts
-from .real_demo import DRAFTERS, MODELS, run_real_demo
+from .real_demo import DRAFTERS, MODELS, OPTIONAL_DRAFTERS, run_real_demo
 from .report import format_runs, merge_stats, run_summary
 
 
@@ -123,8 +123,10 @@ def _add_real_demo_args(real: argparse.ArgumentParser) -> None:
     real.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8], metavar="B")
     real.add_argument("--repeats", type=int, default=2, help="timed runs of every configuration, in a shuffled order")
     real.add_argument("--num-draft-tokens", "-k", type=int, default=4, help="K, the most drafts per row per step")
-    real.add_argument("--drafters", nargs="+", choices=tuple(DRAFTERS), default=list(DRAFTERS),
-                      help="n-gram prompt lookup and/or the target's float16 copy")
+    real.add_argument("--drafters", nargs="+", choices=tuple(DRAFTERS) + tuple(OPTIONAL_DRAFTERS),
+                      default=list(DRAFTERS),
+                      help="n-gram prompt lookup and/or the target's float16 copy (default); earlyexit: the "
+                           "target's own first quarter of layers over its own cache")
     real.add_argument("--no-fixed", action="store_true", help="only the controller (adaptive), no fixed-K runs")
     real.add_argument("--transformers", action="store_true",
                       help="also time transformers' generate: prompt lookup and assisted at batch 1 (per prompt), "

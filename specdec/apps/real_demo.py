@@ -6,7 +6,9 @@ transformers' own generate; every output is compared with plain greedy decoding 
 
 Drafters: the n-gram prompt-lookup drafter (free, right when the answer repeats its context) and a float16
 copy of the target's own weights (agrees on nearly every position, but this CPU has no native float16
-arithmetic, so it is cheap only at batch 1).
+arithmetic, so it is cheap only at batch 1); on request (--drafters earlyexit) the target's own first quarter of
+layers over its own cache (an early exit no training prepared: it shows the controller with drafts that rarely
+land).
 
 Cells: batch 1 always runs per category. A batch size runs per category only when every category has that many
 prompts; otherwise its cell is all categories' prompts mixed ("all (mixed)"): a batch of 8 over 2 prompts
@@ -24,14 +26,18 @@ import torch
 import specdec_kernels as sk
 
 from ..decoder import SpeculativeDecoder
+from ..drafting.early_exit import EarlyExitDrafter
 from ..drafting.ngram import NgramDrafter
+from ..kv.geometry import kv_geometry
 from ..models.hf import cheap_copy, load_causal_lm, prepare_gemma3, prepare_smollm2
 from .check import compare, greedy_reference
 from .loading import folder_name
 from .prompts import by_category, encode, load_prompt_records
 from .speed import measure, table
 
-DRAFTERS = {"ngram": "n-gram", "fp16": "float16 copy"}  # flag value -> run name
+DRAFTERS = {"ngram": "n-gram", "fp16": "float16 copy"}  # flag value -> run name (the default drafters)
+# on request (--drafters ... earlyexit): the target's own first quarter of layers over its own cache
+OPTIONAL_DRAFTERS = {"earlyexit": "early exit (first quarter)"}
 MIXED = "all (mixed)"
 
 
@@ -83,6 +89,9 @@ def run_real_demo(threads: int = 1, *, target_dir: str | None = None, prompts: s
         copy = cheap_copy(target, torch.float16)
         factories[DRAFTERS["fp16"]] = lambda: copy
         assistants[DRAFTERS["fp16"]] = copy
+    if "earlyexit" in drafters:
+        layers = max(1, kv_geometry(target.config)[0] // 4)
+        factories[OPTIONAL_DRAFTERS["earlyexit"]] = lambda: EarlyExitDrafter(target, layers)
     header = (f"specdec real-demo: {description}, {len(ids)} prompts in {len(groups)} categories"
               f"{' through its chat template' if chat and getattr(tokenizer, 'chat_template', None) else ''}, "
               f"{max_new_tokens} new tokens, K={k}, batch sizes {list(batch_sizes)}, {repeats} repeat(s), "
