@@ -13,6 +13,7 @@ from engine_models import SPEC_SCHEDULERS, decoder
 from specdec import SpeculativeDecoder
 from specdec.drafting import ModelDrafter
 from specdec.models import tiny_model
+from specdec.drafting.early_exit import EarlyExitDrafter
 from specdec.drafting.ngram import NgramDrafter
 from specdec.validation import attention_support
 
@@ -84,6 +85,7 @@ def _paths():
             out.append((f"{name}-target-itself-as-draft-{scheduler}", make, make, scheduler))
             out.append((f"{name}-draft-{scheduler}", full, make, scheduler))
             out.append((f"{name}-in-a-ModelDrafter-{scheduler}", full, ("drafter", make), scheduler))
+            out.append((f"{name}-target-early-exit-{scheduler}", make, ("early-exit", 1), scheduler))
     return out
 
 
@@ -97,6 +99,8 @@ def test_sliding_window_exact_on_every_path(make_target, make_draft, scheduler, 
         draft = None
     elif make_draft == "ngram":
         draft = NgramDrafter()
+    elif isinstance(make_draft, tuple) and make_draft[0] == "early-exit":
+        draft = EarlyExitDrafter(target, make_draft[1])
     elif isinstance(make_draft, tuple):
         draft = ModelDrafter(make_draft[1]())
     else:
@@ -244,3 +248,23 @@ def test_padding_holes_and_sliding_windows_keep_the_engines_own_mask():
     lane, _ = RaggedKV.prefill(sliding, [[1, 2, 3]], 8)
     lane.forward(torch.tensor([[4]]))
     assert all(m is not None for m in seen)
+
+
+@pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
+def test_gemma3_early_exit_that_is_the_target_accepts_everything(scheduler):
+    # The early exit reads the target's own lane under its windowed masks (a sliding and a full layer here):
+    # with the third layer silenced (its output projections zeroed, so its post-norms pass zeros) the exit at 2
+    # computes what the target does, and must have every draft accepted.
+    target = gemma3()
+    with torch.no_grad():
+        target.model.layers[2].self_attn.o_proj.weight.zero_()
+        target.model.layers[2].mlp.down_proj.weight.zero_()
+    g = torch.Generator().manual_seed(10)
+    ps = [torch.randint(0, V, (n,), generator=g).tolist() for n in (3, 17, 9, 1, 30, 6)]
+    want = [target.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                            do_sample=False, max_new_tokens=16)[0, len(p):].tolist() for p in ps]
+    dec = SpeculativeDecoder(target, EarlyExitDrafter(target, 2), scheduler=scheduler, num_draft_tokens=3,
+                             adaptive=False, window=4)
+    res = dec.generate(ps, max_new_tokens=16, batch_size=3, eos_token_id=[])
+    assert res.sequences == want
+    assert res.stats["acceptance_rate"] == 1.0
