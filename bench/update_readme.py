@@ -86,6 +86,7 @@ SECTIONS = {"ops-table": ("docs/ops_cpu.json", ops_table), "demo-table": ("docs/
             "real-demo-table": ("docs/real_demo_specbench.json", real_demo_table),
             "real-demo-shipped-table": ("docs/real_demo.json", real_demo_table),
             "real-demo-gemma3-table": ("docs/real_demo_gemma3.json", real_demo_table),
+            "real-demo-smollm2-extra-table": ("docs/real_demo_smollm2_fp16_earlyexit.json", real_demo_table),
             "speculation-demo-table": ("docs/speculation_demo.json", speculation_table),
             "plain-vs-transformers-table": ("docs/plain_vs_transformers.json", plain_vs_transformers_table),
             "engine-phases-table": ("docs/engine_phases.json", engine_phases_table)}
