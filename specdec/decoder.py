@@ -22,7 +22,6 @@ from .drafting.base import Drafter
 from .drafting.model import ModelDrafter
 from .kv.geometry import model_device, output_vocab, parameter_count
 from .kv.ragged import REALIGN_MODES, check_compact_threshold
-from .kv.slab import tensor_parallel_size
 from .sampling import SamplingConfig, check_scoring
 from .scheduling.control import SpeculationController
 from .scheduling.distributed import TensorParallelRanks, check_placement, fingerprint, guarded
@@ -114,9 +113,6 @@ class SpeculativeDecoder:
             if getattr(draft, "writes_target", False) and getattr(draft, "target", None) is not target:
                 raise ValueError(f"{type(draft).__name__} drafts with its own target's layers and cache: build it "
                                  "on the target this decoder verifies with")
-            if getattr(draft, "writes_target", False) and tensor_parallel_size(target) > 1:
-                raise ValueError(f"{type(draft).__name__} is not supported on a tensor-parallel target yet: use a "
-                                 "replicated draft model or the n-gram drafter")
             self.drafter = draft
         else:
             raise ValueError(f"draft must be a causal LM or a drafter (start/offer/propose/commit/finish, see "

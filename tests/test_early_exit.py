@@ -203,14 +203,6 @@ def test_drafter_of_another_target_is_refused():
         SpeculativeDecoder(deep_target("llama", seed=32), drafter)
 
 
-def test_tensor_parallel_target_is_refused(monkeypatch):
-    import specdec.decoder as decoder_module
-    model = deep_target("llama")
-    monkeypatch.setattr(decoder_module, "tensor_parallel_size", lambda m: 2)
-    with pytest.raises(ValueError, match="not supported on a tensor-parallel target"):
-        SpeculativeDecoder(model, EarlyExitDrafter(model, 2))
-
-
 def test_model_without_a_layer_list_is_refused():
     class Odd(torch.nn.Module):
         base_model_prefix = "model"

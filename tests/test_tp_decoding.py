@@ -79,6 +79,8 @@ for fam in ("llama", "qwen3"):
                                                  ("model", "eqspec", "mask", "adaptive"),
                                                  ("model", "eqspec", "shift", "skewed"),
                                                  ("ngram", "exspec", "shift", "skewed"),
+                                                 ("early-exit", "eqspec", "shift", "fixed"),
+                                                 ("early-exit", "exspec", "mask", "skewed"),
                                                  (None, "autoregressive", "shift", "fixed")):
         GREEDY.append((f"{fam}-{scheduler}-{drafter or 'none'}-{realign}-{control}", fam, drafter, scheduler,
                        realign, control))

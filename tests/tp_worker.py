@@ -21,7 +21,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 from engine_models import ScriptedController  # noqa: E402
-from specdec import NgramDrafter, SpeculativeDecoder  # noqa: E402
+from specdec import EarlyExitDrafter, NgramDrafter, SpeculativeDecoder  # noqa: E402
 from specdec.models.hf import load_causal_lm  # noqa: E402
 from specdec.scheduling.distributed import TensorParallelError, bound_collectives, init_process_group  # noqa: E402
 
@@ -57,7 +57,10 @@ def inject_failure(model, rank: int, fail: dict) -> None:
 def run_case(case: dict, targets: dict, drafts: dict, rank: int) -> dict:
     target = targets[case["target"]]
     kind = case.get("drafter")
-    drafter = drafts[case["draft"]] if kind == "model" else NgramDrafter() if kind == "ngram" else None
+    if kind == "early-exit":  # the sharded target's own first layer, over its own (sharded) cache
+        drafter = EarlyExitDrafter(target, 1)
+    else:
+        drafter = drafts[case["draft"]] if kind == "model" else NgramDrafter() if kind == "ngram" else None
     k = case.get("k", 3)
     kwargs = {}
     control = case.get("control", "fixed")

@@ -357,8 +357,6 @@ def _check_tp(args, device: torch.device) -> None:
     if args.draft_dtype:
         raise ValueError("--draft-dtype with --tp would put a whole copy of the sharded target on every rank: "
                          "give a smaller --draft DIR or --drafter ngram")
-    if args.drafter == "early-exit":
-        raise ValueError("--drafter early-exit is not supported with --tp yet: give --draft DIR or --drafter ngram")
     if not distributed_available():
         raise ValueError("--tp needs torch.distributed, which this torch build lacks")
     world = int(os.environ.get("WORLD_SIZE", "1"))

@@ -25,7 +25,9 @@ The draft's first forward of a step takes one column per row (the newest token),
 Limits: the keys of positions the target verified come from the verify forward (a wider matrix product than a
 draft forward's), so a draft may differ from a separate copy's by float rounding in near ties; acceptance, not
 exactness, is what that can change. The early-exit view shares the target's modules: it is only valid for the
-target it was built on (SpeculativeDecoder checks), and a tensor-parallel target is refused.
+target it was built on (SpeculativeDecoder checks). On a tensor-parallel target it is sharded as the target is:
+every rank runs the same draft forwards over its own heads (the ranks already share rank 0's plans and early
+stops), so no rank holds a whole draft model (tests/test_tp_decoding.py).
 """
 
 from __future__ import annotations
