@@ -13,7 +13,8 @@ and measures:
   2. time per collective: the decode loop's own step broadcast (int64, the outcome's shape) on its control group,
      and an all-reduce / all-gather of the sizes a verify forward moves, each the median of many after a barrier;
   3. a TP forward against the whole model's forward of the same shape;
-  4. end to end: tokens/s of plain decoding and EQSPEC (n-gram and layer-skip draft, fixed K and adaptive) on the
+  4. end to end: tokens/s of plain decoding and EQSPEC (n-gram, the layer-skip draft replicated and the target's
+     early exit sharded with it, fixed K and adaptive) on the
      same prompts, single process against 2 ranks, with the loop's own collectives per step from the stats.
 On CPU and a model this small TP is slower (the collectives cost about what the math does); the point is that the
 step adds only its one small collective to transformers' 2 * layers + 2 per forward.
@@ -37,8 +38,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 
-from specdec import NgramDrafter, SpeculativeDecoder  # noqa: E402
-from specdec.models.demo import build_default_pair, shipped_prompts  # noqa: E402
+from specdec import EarlyExitDrafter, NgramDrafter, SpeculativeDecoder  # noqa: E402
+from specdec.models.demo import DRAFT_LAYERS, build_default_pair, shipped_prompts  # noqa: E402
 from specdec.models.hf import load_causal_lm  # noqa: E402
 from specdec.scheduling.distributed import (TensorParallelRanks, bound_collectives, init_process_group,  # noqa: E402
                                              local_device)
@@ -52,6 +53,8 @@ RUNS = [  # name, drafter, adaptive
     ("eqspec n-gram, fixed K=4", "ngram", False),
     ("eqspec layer-skip draft, fixed K=4", "model", False),
     ("eqspec layer-skip draft, adaptive", "model", True),
+    ("eqspec layer-skip early exit, fixed K=4", "early-exit", False),  # sharded with the target
+    ("eqspec layer-skip early exit, adaptive", "early-exit", True),
 ]
 
 
@@ -131,7 +134,10 @@ def logits_agreement(target, whole, device: torch.device) -> dict:
 def decode(target, draft_model, prompts, max_new: int, repeats: int) -> dict:
     out = {}
     for name, drafter, adaptive in RUNS:
-        draft = None if drafter is None else NgramDrafter() if drafter == "ngram" else draft_model
+        if drafter == "early-exit":
+            draft = EarlyExitDrafter(target, DRAFT_LAYERS)
+        else:
+            draft = None if drafter is None else NgramDrafter() if drafter == "ngram" else draft_model
         dec = SpeculativeDecoder(target, draft, num_draft_tokens=K, adaptive=adaptive,
                                  scheduler="autoregressive" if drafter is None else "eqspec")
         dec.generate(prompts, max_new_tokens=8, batch_size=len(prompts), eos_token_id=[])  # warm-up
