@@ -778,3 +778,29 @@ def test_draft_first_columns_is_checked(value):
     with pytest.raises(ValueError, match="draft_first_columns must be 1 or 2"):
         SpeculationController(K, draft_first_columns=value)
 
+
+
+def test_keep_drafting_extends_only_the_drafts_it_has_seen():
+    # keep_drafting extends the last call's chance that a row's drafts land by the one new draft; a call whose
+    # earlier drafts differ from the last call's (another proposal) must start again from its own keys, and every
+    # call must answer what a controller seeing only that call answers.
+    def taught():
+        ctrl = SpeculationController(K, draft_cost_ratio=0.05)
+        model_keys = lambda batch: [[("model", i) for i in range(1, K + 1)]] * batch  # noqa: E731
+        simulate(ctrl, 100, cheap, lambda b, i: 0.9, batch=1, keys=model_keys)
+        for _ in range(500):
+            ctrl.acceptance.observe(("model", 1, "hi"), True)
+            ctrl.acceptance.observe(("model", 1, "lo"), False)
+        return ctrl, ctrl.plan([0], model_keys(1))
+
+    position_keys = [("model", i) for i in range(1, K + 1)]
+    calls = [(1, [("model", 1, "hi")]), (2, [("model", 1, "lo"), ("model", 2)]),
+             (3, [("model", 1, "lo"), ("model", 2), ("model", 3)]), (1, [("model", 1, "hi")]),
+             (2, [("model", 1, "hi"), ("model", 2)])]
+    ctrl, plan = taught()
+    answers = []
+    for drafted, keys in calls:
+        answers.append(ctrl.keep_drafting(plan, drafted, [keys], position_keys))
+        alone, alone_plan = taught()
+        assert answers[-1] == alone.keep_drafting(alone_plan, drafted, [keys], position_keys), (drafted, keys)
+    assert answers == [True, False, False, True, True], answers

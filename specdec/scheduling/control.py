@@ -564,13 +564,14 @@ class SpeculationController:
         if memo is None or memo[0] is not plan or memo[1] != self.acceptance.version or memo[2] != ahead:
             memo = self._drafting = self._drafting_memo(plan, ahead)
         factors, tails, worth, rate, chance = memo[3], memo[4], memo[5], memo[6], memo[7]
-        done, land = chance
-        if done != drafted - 1:  # not the next call of this step's sequence: from the drafts' keys alone
+        done, land, seen = chance
+        # extend the last call's chances only where this call continues it (the same drafts, one more each)
+        if done != drafted - 1 or any(k[:done] != p for k, p in zip(keys, seen)):
             done, land = 0, [1.0] * batch
         keyrate = self.acceptance.rate
         for i in range(done, drafted):
             land = [x * _clamp(f * keyrate(k[i])) for x, f, k in zip(land, factors, keys)]
-        memo[7] = (drafted, land)
+        memo[7] = (drafted, land, [k[:drafted] for k in keys])
         now_seconds = self._target_estimate(batch * (drafted + 1))
         draft_s = ((self.draft_costs.estimate(batch) if self.draft_costs else 0.0) or 0.0)
         for more in range(1, self.k - drafted + 1):
@@ -584,7 +585,8 @@ class SpeculationController:
 
     def _drafting_memo(self, plan: Plan, ahead: list) -> list:
         """keep_drafting's stand for a step: [plan, table version, position keys, row factors, per row
-        tails[d][m - 1] = G(m) after d drafts, token worth, the plan's rate, (drafts counted, P per row)]."""
+        tails[d][m - 1] = G(m) after d drafts, token worth, the plan's rate, (drafts counted, P per row, their
+        keys)]."""
         factors = [self._row_factor(r) for r in plan.rows]
         tails, shared = [], {}
         for f in factors:
@@ -603,7 +605,8 @@ class SpeculationController:
         value = plan.predicted_value if plan.worth is not None else plan.predicted_tokens
         rate = value / plan.predicted_seconds if plan.predicted_seconds > 0 else 0.0
         worth = plan.worth or [1.0] * len(factors)
-        return [plan, self.acceptance.version, ahead, factors, tails, worth, rate, (0, [1.0] * len(factors))]
+        return [plan, self.acceptance.version, ahead, factors, tails, worth, rate,
+                (0, [1.0] * len(factors), [[] for _ in factors])]
 
     def record(self, plan: Plan, keys: Sequence[Sequence[tuple]], accepted: Sequence[int],
                seconds: float | None = None) -> None:
