@@ -214,3 +214,15 @@ def test_model_without_a_layer_list_is_refused():
 
     with pytest.raises(ValueError, match="no decoder-layer list"):
         early_exit_view(Odd(), 2)
+
+
+def test_the_controller_prices_the_early_exit_as_a_draft_model():
+    # Not a free drafter: its prior cost is its parameter share of the target (embeddings, 2 of 4 layers, norm
+    # and head), it is timed like a draft model, and its first forward of a step takes one column per row.
+    model = deep_target("llama")
+    ctrl = SpeculativeDecoder(model, EarlyExitDrafter(model, 2)).controller
+    view = early_exit_view(model, 2)
+    share = sum(p.numel() for p in view.parameters()) / sum(p.numel() for p in model.parameters())
+    assert ctrl.draft_costs is not None and ctrl.draft_ratio == pytest.approx(share) and 0.4 < share < 0.9
+    assert ctrl.first_columns == 1
+    assert SpeculativeDecoder(model, separate_copy(model, 2)).controller.first_columns == 2
