@@ -24,5 +24,5 @@ from .scheduling import SpeculationController
 from .timing import PHASES, PhaseTimer
 
 __all__ = ["Drafter", "EarlyExitDrafter", "GenerationResult", "ModelDrafter", "NgramDrafter", "PHASES", "PhaseTimer",
-           "ProcessorScoring", "Proposal", "RaggedKV", "SamplingConfig", "SlabCache", "SpeculationController", "SpeculativeDecoder",
-           "generate", "processed_probs"]
+           "ProcessorScoring", "Proposal", "RaggedKV", "SamplingConfig", "SlabCache", "SpeculationController",
+           "SpeculativeDecoder", "generate", "processed_probs"]

@@ -20,13 +20,12 @@ import torch
 import specdec_kernels as sk
 
 from ..decoder import SCHEDULERS, SpeculativeDecoder
-from ..drafting.early_exit import EarlyExitDrafter
 from ..drafting.ngram import NgramDrafter
 from ..kv.ragged import REALIGN_MODES
 from ..models.demo import DRAFT_LAYERS, build_default_pair
 from ..models.hf import load_causal_lm
 from .check import greedy_reference
-from .loading import folder_name, load_draft
+from .loading import early_exit_drafter, folder_name, load_draft
 from .prompts import encode, load_prompts
 from .report import PHASES, format_runs, run_summary
 
@@ -60,9 +59,8 @@ def load_pair(device: str, target_dir: str | None = None, draft_dir: str | None 
         target, draft, tokenizer = build_default_pair()
         target = target.to(device)
         if drafter == "early-exit":
-            layers = exit_layer or DRAFT_LAYERS
-            return target, EarlyExitDrafter(target, layers), [tokenizer.encode(t) for t in prompts], \
-                f"embedded 8-layer Llama target + its first {layers} layers as early exit (its own cache)"
+            early, what = early_exit_drafter(target, exit_layer or DRAFT_LAYERS)
+            return target, early, [tokenizer.encode(t) for t in prompts], f"embedded 8-layer Llama target + {what}"
         return target, draft.to(device), [tokenizer.encode(t) for t in prompts], EMBEDDED
     target, tokenizer = load_causal_lm(target_dir, device=device)
     draft, what = load_draft(target, tokenizer, draft=draft_dir, drafter=drafter,

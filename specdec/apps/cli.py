@@ -32,7 +32,7 @@ import specdec_kernels as sk
 
 from ..decoder import SpeculativeDecoder
 from ..drafting.ngram import NgramDrafter
-from ..models.demo import build_default_pair
+from ..models.demo import DRAFT_LAYERS, build_default_pair
 from ..models.hf import load_causal_lm
 from ..sampling import SamplingConfig
 from ..scheduling.distributed import (DEFAULT_TIMEOUT, TensorParallelError, distributed_available,
@@ -41,9 +41,7 @@ from ..validation import check_seed
 from .ablation import run_ablation
 from .check import check_against_greedy
 from .demo import run_demo
-from ..drafting.early_exit import EarlyExitDrafter
-from ..models.demo import DRAFT_LAYERS
-from .loading import DTYPES, check_drafter_flags, check_model_folder, folder_name, load_draft
+from .loading import DTYPES, check_drafter_flags, check_model_folder, early_exit_drafter, folder_name, load_draft
 from .progress import Progress
 from .prompts import encode, load_prompt_records, load_prompts
 from .real_demo import DRAFTERS, MODELS, OPTIONAL_DRAFTERS, run_real_demo
@@ -202,9 +200,8 @@ def load_models(args):
     if args.drafter == "ngram":
         return target, NgramDrafter(), tokenizer, "embedded 8-layer Llama + n-gram drafter"
     if args.drafter == "early-exit":
-        layers = args.exit_layer or DRAFT_LAYERS
-        return target, EarlyExitDrafter(target, layers), tokenizer, \
-            f"embedded 8-layer Llama + its first {layers} layers as early exit (its own cache)"
+        drafter, what = early_exit_drafter(target, args.exit_layer or DRAFT_LAYERS)
+        return target, drafter, tokenizer, f"embedded 8-layer Llama + {what}"
     if args.draft_dtype:
         draft = draft.to(DTYPES[args.draft_dtype])
     return target, draft, tokenizer, "embedded 8-layer Llama + its 2-layer layer-skip draft"

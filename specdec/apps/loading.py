@@ -56,6 +56,16 @@ def check_drafter_flags(target: str | None, draft: str | None, drafter: str, dra
     check_model_folder(draft, "--draft")
 
 
+def early_exit_drafter(target, layers: int | None = None):
+    """(EarlyExitDrafter over the target's first `layers` layers, description); None: a quarter of its layers.
+    A bad count is a ValueError naming --exit-layer."""
+    layers = layers or max(1, kv_geometry(target.config)[0] // 4)
+    try:
+        return EarlyExitDrafter(target, layers), f"its first {layers} layers as early exit (its own cache)"
+    except ValueError as e:
+        raise ValueError(f"--exit-layer {layers}: {e}") from None
+
+
 def load_draft(target, tokenizer, *, draft: str | None = None, drafter: str = "model",
                draft_dtype: str | None = "float16", device="cpu", exit_layer: int | None = None):
     """(draft model or drafter, description) for a target loaded from a folder: the --draft folder, the n-gram
@@ -64,11 +74,7 @@ def load_draft(target, tokenizer, *, draft: str | None = None, drafter: str = "m
     if drafter == "ngram":
         return NgramDrafter(), "n-gram drafter"
     if drafter == "early-exit":
-        layers = exit_layer or max(1, kv_geometry(target.config)[0] // 4)
-        try:
-            return EarlyExitDrafter(target, layers), f"its first {layers} layers as early exit (its own cache)"
-        except ValueError as e:
-            raise ValueError(f"--exit-layer {layers}: {e}") from None
+        return early_exit_drafter(target, exit_layer)
     if draft:
         model, draft_tokenizer = load_causal_lm(draft, device=device)
         check_tokenizers_match(tokenizer, draft_tokenizer)

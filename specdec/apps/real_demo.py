@@ -26,12 +26,10 @@ import torch
 import specdec_kernels as sk
 
 from ..decoder import SpeculativeDecoder
-from ..drafting.early_exit import EarlyExitDrafter
 from ..drafting.ngram import NgramDrafter
-from ..kv.geometry import kv_geometry
 from ..models.hf import cheap_copy, load_causal_lm, prepare_gemma3, prepare_smollm2
 from .check import compare, greedy_reference
-from .loading import folder_name
+from .loading import early_exit_drafter, folder_name
 from .prompts import by_category, encode, load_prompt_records
 from .speed import measure, table
 
@@ -90,8 +88,7 @@ def run_real_demo(threads: int = 1, *, target_dir: str | None = None, prompts: s
         factories[DRAFTERS["fp16"]] = lambda: copy
         assistants[DRAFTERS["fp16"]] = copy
     if "earlyexit" in drafters:
-        layers = max(1, kv_geometry(target.config)[0] // 4)
-        factories[OPTIONAL_DRAFTERS["earlyexit"]] = lambda: EarlyExitDrafter(target, layers)
+        factories[OPTIONAL_DRAFTERS["earlyexit"]] = lambda: early_exit_drafter(target)[0]
     header = (f"specdec real-demo: {description}, {len(ids)} prompts in {len(groups)} categories"
               f"{' through its chat template' if chat and getattr(tokenizer, 'chat_template', None) else ''}, "
               f"{max_new_tokens} new tokens, K={k}, batch sizes {list(batch_sizes)}, {repeats} repeat(s), "

@@ -18,6 +18,11 @@ Optional: a deterministic drafter may judge its own unverified offers in hindsig
 when its controller is adaptive, and `judged()` -> [(seq, keys, matched)]; see NgramDrafter), so the controller
 learns what they are worth during plain steps.
 
+Optional attributes the decoder reads: `first_columns` (columns per row of a draft model's first forward in a
+step, for the controller's pricing: 2 by default), `cost_model` (a module whose parameter count prices a drafter
+without a lane of its own), and `writes_target` with `target` (a drafter that drafts in the target's own lane,
+EarlyExitDrafter: it must be built on the decoder's target, and EXSPEC leaves room for its columns).
+
 A drafter that keeps keys and values (a draft model) names its model in `kv_model`; the scheduler then keeps a
 KV lane for it (batch.draft) beside the target's, realigns it after every step with the drops commit returns,
 and opens it empty for every new sequence: the drafter fills it lazily, when it next drafts.

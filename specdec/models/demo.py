@@ -6,11 +6,11 @@ with it. We scale the output projections (attention o_proj and MLP down_proj) of
 LATE_LAYER_SCALE = 0.1, so those layers refine the residual stream rather than replace it, roughly as the late
 layers of a trained network do.
 Draft: the target's own first 2 layers with its embeddings, final norm and head (a layer-skip, self-speculative
-draft): about a quarter of the target's cost. build_default_pair returns it as a model of its own (a copy of those
-weights, with a KV cache of its own in the engine); `EarlyExitDrafter(target, DRAFT_LAYERS)`
-(specdec.drafting.early_exit) runs the same layers over the target's own cache instead. Its greedy choice agrees with the target's on roughly three of
-four positions, and that agreement is what sets the acceptance rate. The text itself is meaningless (random
-weights over bytes); the point is timing, acceptance and exactness.
+draft): about a quarter of the target's cost. Its greedy choice agrees with the target's on roughly three of
+four positions, and that agreement is what sets the acceptance rate. build_default_pair returns it as a model of
+its own (a copy of those weights, with a KV cache of its own in the engine); `EarlyExitDrafter(target,
+DRAFT_LAYERS)` (specdec.drafting.early_exit) runs the same layers over the target's own cache instead. The text
+itself is meaningless (random weights over bytes); the point is timing, acceptance and exactness.
 """
 
 from __future__ import annotations
