@@ -80,6 +80,14 @@ REST_STEPS = 8
 # short of its trigger for hundreds of steps (pinned there by the floors of its hoped costs), and under a gap of
 # REST_GAP each of those steps was priced in full: 110 us, 1% of a step.
 REST_EXPLORE_GAP = 0.03
+# A speculative width chosen by a margin stands too, for a draft model (whose offers, K position keys, repeat
+# every step): its rate at least STAND_GAP above plain's (on top of SPECULATE_MARGIN) and the exploration gap
+# as for a rest; for up to STAND_STEPS - 1 steps of the same rows, with the tokens' worth of the plan that stands
+# while the batch drains (not across its start), and never where a catch-up is due. Planning is about 40% of the controller's time in situ (70 us a step on the demo pair at batch 1, 0.45%
+# of a step), and within a few steps nothing it learns moves a 10% lead; a draft model's early stop
+# (keep_drafting) still follows each step's own drafts.
+STAND_GAP = 0.1
+STAND_STEPS = 4
 # A drafter's first few verdicts are too few to believe either way: a drafter whose drafts land 75% of the time
 # misses one of its first two 44% of the time. Until it has had MIN_VERDICTS, an exploration may hope for its
 # acceptance (AcceptanceTable.hope), besides its stale costs (see plan). Traced on the demo pair's
@@ -173,7 +181,9 @@ class SpeculationController:
         self.realised_tokens = 0
         self.predicted_seconds = 0.0
         self.judged_drafts = 0  # unverified drafts judged in hindsight (judge)
-        self._rest: tuple | None = None  # (until clock, rows, keys priced): a plain step that stands (REST_GAP)
+        # (until clock, rows, keys priced, slack, accepted drafts, the plan that stands or None for a plain step):
+        # a plan that stands for a few steps (REST_GAP, STAND_GAP)
+        self._rest: tuple | None = None
         self._drafting: list | None = None  # keep_drafting's stand for the step under way (_drafting_memo)
 
     # ------------------------------------------------------------------------------------------- costs
@@ -285,9 +295,20 @@ class SpeculationController:
             while prompts wait. Tokens are then valued by what they shorten the run (token_worth).
         """
         batch = len(rows)
-        if self._rest is not None and self._resting(rows, keys):
-            return self._finish(Plan(1, [0] * batch, float(batch), self._target_estimate(batch)), rows, keys)
-        offer = [min(len(k), self.k) for k in keys]
+        rest = self._rest
+        if rest is not None:
+            stood = rest[5]
+            if stood is not None and (catch_up or (remaining is None) != (stood.worth is None)):
+                self._rest = None  # a catch-up is due, or the batch began to drain: priced anew
+            elif self._resting(rows, keys):
+                if stood is None:
+                    return self._finish(Plan(1, [0] * batch, float(batch), self._target_estimate(batch)), rows, keys)
+                return self._finish(Plan(stood.width, list(stood.num_draft), stood.predicted_tokens,
+                                         stood.predicted_seconds, probs=stood.probs, worth=stood.worth,
+                                         predicted_value=stood.predicted_value), rows, keys)
+        offer, cap = [], self.k  # plain loops in plan, keep_drafting and record: see keep_drafting
+        for k in keys:
+            offer.append(min(len(k), cap))
         if not self.enabled:
             width = max(offer, default=0) + 1
             return self._finish(Plan(width, [min(n, width - 1) for n in offer], 0.0, 0.0), rows, keys)
@@ -310,7 +331,10 @@ class SpeculationController:
             memo = (f, id(k))
             entry = shared.get(memo) if k else NO_OFFER  # a row offering nothing expects its one token
             if entry is None:
-                p = [_clamp(f * rate(key)) for key in k[:cap]]
+                p = []
+                for key in k[:cap]:
+                    q = f * rate(key)
+                    p.append(q if 0.0 <= q <= 0.995 else (0.995 if q > 0.995 else 0.0))  # _clamp
                 entry = shared[memo] = (p, self._cumulative(p), k, f)  # gains[c]: its expected tokens, c drafts
             probs.append(entry[0])
             group = (memo, offer[b], 1.0 if worth is None else worth[b])
@@ -419,9 +443,18 @@ class SpeculationController:
         elif choice[1] == 1:
             self._rest = self._rest_after(plain_option[0], best_spec, best_opt, rows, keys, probs, values, top,
                                           may_explore, worth)
-        counts = [min(n, choice[1] - 1) for n in offer]
-        plan = Plan(choice[1], counts, choice[2], choice[3], explore=explore,
-                    probs=[p[:c] for p, c in zip(probs, counts)], worth=worth, predicted_value=choice[4])
+        counts, chosen, drafts = [], [], choice[1] - 1
+        for n, p in zip(offer, probs):
+            c = n if n < drafts else drafts
+            counts.append(c)
+            chosen.append(p[:c])
+        plan = Plan(choice[1], counts, choice[2], choice[3], explore=explore, probs=chosen, worth=worth,
+                    predicted_value=choice[4])
+        if (not explore and choice[1] > 1 and model and not catch_up and not thin
+                and choice[0] >= plain_option[0] * (1 + STAND_GAP)
+                and (best_opt is None or choice[0] >= best_opt[0] / (1 + EXPLORE_GAIN) * (1 + REST_EXPLORE_GAP))):
+            until = self._rest_until(batch, range(1, top + 2), may_explore, self.clock + STAND_STEPS)
+            self._rest = (until, list(rows), [list(k[:self.k]) for k in keys], None, self.acceptance.accepted, plan)
         return self._finish(plan, rows, keys)
 
     def _hoped_values(self, groups: dict, top: int) -> list[float]:
@@ -468,21 +501,29 @@ class SpeculationController:
             return None
         if best_opt is not None and plain_rate < best_opt[0] / (1 + EXPLORE_GAIN) * (1 + REST_EXPLORE_GAP):
             return None
-        clock, refresh, batch = self.clock, self.refresh_steps, len(rows)
+        batch = len(rows)
         slack = None if self.draft_costs is not None else self._rest_slack(rows, probs, values, top, plain_rate,
                                                                              worth, may_explore)
-        until = clock + REST_STEPS
+        until = self._rest_until(batch, range(2, (self.k if slack else top) + 2), may_explore,
+                                 self.clock + REST_STEPS)
+        return until, list(rows), [list(k[:self.k]) for k in keys], slack, self.acceptance.accepted, None
+
+    def _rest_until(self, batch: int, widths, may_explore: bool, until: int) -> int:
+        """The clock a standing plan ends at, at most `until`: sooner where a fresh cost of one of these widths
+        (or the draft's at N = batch, plan's draft_stale) turns stale, or the exploration budget refills, since
+        either can make an exploration due."""
+        clock, refresh = self.clock, self.refresh_steps
         seen = self.target_costs.last_seen
-        stamps = [seen.get(batch * w) for w in range(2, (self.k if slack else top) + 2)]
+        stamps = [seen.get(batch * w) for w in widths]
         if self.draft_costs is not None:
-            stamps.append(self.draft_costs.last_seen.get(batch))  # plan's draft_stale: the age at N = batch
+            stamps.append(self.draft_costs.last_seen.get(batch))
         for s in stamps:
             if s is not None and clock - s <= refresh:
                 until = min(until, s + refresh + 1)
         if not may_explore and self.explore_share > 0:  # the first step whose plan may explore again
             due = (self.explore_spent + 1 - self.warmup_explore) / self.explore_share - self.steps
             until = min(until, clock + max(1, math.ceil(due)))
-        return until, list(rows), [list(k[:self.k]) for k in keys], slack, self.acceptance.accepted
+        return until
 
     def _rest_slack(self, rows, probs, values, top, plain_rate, worth, may_explore):
         """(per draft count c = 1..K, how much more expected value (tokens, weighed by worth) a plan could see
@@ -510,13 +551,16 @@ class SpeculationController:
         """Whether the plain step that began a rest still stands for these rows and offers (see _rest_after): the
         same rows, every row offering a prefix of what was priced (a draft model offers the same position keys
         every step; an n-gram row without a match offers nothing), or offers adding no more than the slack."""
-        until, rested, priced, slack, accepted = self._rest
+        until, rested, priced, slack, accepted, stood = self._rest
         if self.clock >= until or len(rows) != len(rested) or list(rows) != rested:
             self._rest = None
             return False
         extra = None
         for b, (k, p) in enumerate(zip(keys, priced)):
             n = min(len(k), self.k)
+            if stood is not None and (n != len(p) or list(k[:n]) != p):  # a speculative plan: the same offers
+                self._rest = None
+                return False
             if n and (n > len(p) or list(k[:n]) != p[:n]):
                 if slack is None or self.acceptance.accepted != accepted:
                     self._rest = None
@@ -560,53 +604,82 @@ class SpeculationController:
         # the drafts to come (with the row's factor). The row factors, the priors and so every G stand for the
         # whole step (the tables change only in record): computed on the step's first call, as is P_b, which
         # each later call extends by the one new draft (the draft model asks after every draft).
-        memo, ahead = self._drafting, list(position_keys[:self.k])
-        if memo is None or memo[0] is not plan or memo[1] != self.acceptance.version or memo[2] != ahead:
-            memo = self._drafting = self._drafting_memo(plan, ahead)
-        factors, tails, worth, rate, chance = memo[3], memo[4], memo[5], memo[6], memo[7]
+        memo = self._drafting
+        if memo is None or memo[0] is not plan or memo[1] != self.acceptance.version or (
+                memo[8] is not position_keys and memo[2] != list(position_keys[:self.k])):
+            memo = self._drafting = self._drafting_memo(plan, list(position_keys[:self.k]), position_keys)
+        # Plain loops, no comprehensions: on Python 3.11 each comprehension is a call of its own, and this runs
+        # right after a draft forward has evicted the interpreter's working set (there, ~6x its cost in a loop).
+        factors, ahead_probs, worth, rate, chance, estimates = memo[3], memo[4], memo[5], memo[6], memo[7], memo[9]
         done, land, seen = chance
         # extend the last call's chances only where this call continues it (the same drafts, one more each)
-        if done != drafted - 1 or any(k[:done] != p for k, p in zip(keys, seen)):
-            done, land = 0, [1.0] * batch
+        if done != drafted - 1:
+            done = 0
+        else:
+            for k, p in zip(keys, seen):
+                if k[:done] != p:
+                    done = 0
+                    break
+        if done == 0:
+            land = [1.0] * batch
         keyrate = self.acceptance.rate
         for i in range(done, drafted):
-            land = [x * _clamp(f * keyrate(k[i])) for x, f, k in zip(land, factors, keys)]
-        memo[7] = (drafted, land, [k[:drafted] for k in keys])
-        now_seconds = self._target_estimate(batch * (drafted + 1))
+            landed = []
+            for x, f, k in zip(land, factors, keys):
+                p = f * keyrate(k[i])
+                landed.append(x * (p if 0.0 <= p <= 0.995 else (0.995 if p > 0.995 else 0.0)))  # _clamp
+            land = landed
+        seen = []
+        for k in keys:
+            seen.append(k[:drafted])
+        memo[7] = (drafted, land, seen)
+        # gains[m - 1] = sum_b v_b P_b G_b(m), in row order
+        gains = [0] * (self.k - drafted)
+        for v, x, q in zip(worth, land, ahead_probs):
+            vx, run, total = v * x, 1.0, 0.0
+            for m, p in enumerate(q[drafted:]):
+                run *= p
+                total += run
+                gains[m] += vx * total
+        now_seconds = estimates[drafted]
         draft_s = ((self.draft_costs.estimate(batch) if self.draft_costs else 0.0) or 0.0)
         for more in range(1, self.k - drafted + 1):
-            gain = sum(v * x * t[drafted][more - 1] for v, x, t in zip(worth, land, tails))
-            extra = more * draft_s + self._target_estimate(batch * (drafted + 1 + more)) - now_seconds
+            gain = gains[more - 1]
+            extra = more * draft_s + estimates[drafted + more] - now_seconds
             if extra > 0 and gain / extra > rate:
                 return True
             if extra <= 0 and gain > 0:
                 return True
         return False
 
-    def _drafting_memo(self, plan: Plan, ahead: list) -> list:
-        """keep_drafting's stand for a step: [plan, table version, position keys, row factors, per row
-        tails[d][m - 1] = G(m) after d drafts, token worth, the plan's rate, (drafts counted, P per row, their
-        keys)]."""
-        factors = [self._row_factor(r) for r in plan.rows]
-        tails, shared = [], {}
-        for f in factors:
-            row = shared.get(f)
-            if row is None:
-                q = self.probs(None, ahead, f)
-                row = shared[f] = []
-                for d in range(len(q) + 1):
-                    run, total, out = 1.0, 0.0, []
-                    for p in q[d:]:
-                        run *= p
-                        total += run
-                        out.append(total)
-                    row.append(out)
-            tails.append(row)
+    def _drafting_memo(self, plan: Plan, ahead: list, position_keys) -> list:
+        """keep_drafting's stand for a step: [plan, table version, position keys, row factors, per row the
+        position priors q of the drafts ahead (with its factor), token worth, the plan's rate, (drafts counted, P per row, their
+        keys), the position keys as passed, the target's estimated cost at width d + 1 by d]. The target's
+        costs do not change while a step drafts (only its own forward is timed then)."""
+        records, strength, keyrate = self.rows, self.row_strength, self.acceptance.rate
+        factors, ahead_probs, shared = [], [], {}
+        for r in plan.rows:
+            rec = records.get(r)  # _row_factor, inlined
+            f = 1.0 if rec is None else (rec.accepted + strength) / (rec.expected + strength)
+            factors.append(f)
+            q = shared.get(f)
+            if q is None:
+                q = shared[f] = []
+                for key in ahead:  # probs, inlined
+                    p = f * keyrate(key)
+                    q.append(p if 0.0 <= p <= 0.995 else (0.995 if p > 0.995 else 0.0))
+            ahead_probs.append(q)
         value = plan.predicted_value if plan.worth is not None else plan.predicted_tokens
         rate = value / plan.predicted_seconds if plan.predicted_seconds > 0 else 0.0
-        worth = plan.worth or [1.0] * len(factors)
-        return [plan, self.acceptance.version, ahead, factors, tails, worth, rate,
-                (0, [1.0] * len(factors), [[] for _ in factors])]
+        batch = len(factors)
+        worth = plan.worth or [1.0] * batch
+        measured, estimates = self.target_costs.seconds, []
+        for d in range(self.k + 1):
+            n = batch * (d + 1)
+            estimates.append(measured.get(n) or self._target_estimate(n))
+        return [plan, self.acceptance.version, ahead, factors, ahead_probs, worth, rate,
+                (0, [1.0] * batch, []), position_keys, estimates]
 
     def record(self, plan: Plan, keys: Sequence[Sequence[tuple]], accepted: Sequence[int],
                seconds: float | None = None) -> None:
@@ -620,27 +693,34 @@ class SpeculationController:
             if self.enabled and seconds is not None:
                 self.plain_overhead.observe(len(keys), max(MIN_SECONDS, seconds - self._forward_seconds), self.clock)
             self._forward_seconds = 0.0
-            self.acceptance.now += PLAIN_FADE
+            self.acceptance.tick(PLAIN_FADE)
             return
         self.realised_tokens += sum(accepted) + len(accepted)
-        reached = [min(a + 1, len(k)) for k, a in zip(keys, accepted)]  # drafts whose verdict was seen
+        reached = []  # drafts whose verdict was seen (plain loops: see keep_drafting)
+        for k, a in zip(keys, accepted):
+            reached.append(min(a + 1, len(k)))
         if self.enabled:  # fixed K keeps only the stats (the acceptance table is one): no costs, no row factors
             if seconds is not None:
                 self.spec_overhead.observe(len(keys), max(MIN_SECONDS, seconds - self._forward_seconds), self.clock)
             # what the tables predicted for every row before this step's outcomes are learned
+            records, strength, keyrate = self.rows, self.row_strength, self.acceptance.rate
             for row, k, a, n in zip(plan.rows, keys, accepted, reached):
                 if n:
-                    expected = sum(self.probs(row, k[:n]))  # with the row factor before this step
-                    rec = self.rows.get(row)
+                    rec = records.get(row)  # the row factor before this step (_row_factor, probs: inlined)
+                    f = 1.0 if rec is None else (rec.accepted + strength) / (rec.expected + strength)
+                    expected = 0
+                    for i in range(n):
+                        p = f * keyrate(k[i])
+                        expected += p if 0.0 <= p <= 0.995 else (0.995 if p > 0.995 else 0.0)
                     if rec is None:
-                        rec = self.rows[row] = RowRecord()
+                        rec = records[row] = RowRecord()
                     rec.accepted += min(a, n)
                     rec.expected += expected
         self._forward_seconds = 0.0
         observe = self.acceptance.observe_row
         for row_keys, a, n in zip(keys, accepted, reached):
             observe(row_keys, n, a)
-        self.acceptance.now += 1.0
+        self.acceptance.tick(1.0)
 
     def judge(self, outcomes: Sequence[tuple[Hashable, Sequence[tuple], int]]) -> None:
         """Drafts the target never verified, judged by the tokens that followed them (a deterministic drafter's

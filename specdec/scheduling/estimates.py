@@ -47,7 +47,12 @@ class ForwardCosts:
         if tokens < 1 or not seconds > 0 or not math.isfinite(seconds):
             return
         old, fresh = self.samples.get(tokens), self.fresh
-        kept = [s for s in old if step - s[0] <= fresh][-2:] if old else []
+        kept = []  # the last two samples within `fresh` steps, then this one (a loop: no comprehension's call)
+        if old:
+            for s in old:
+                if step - s[0] <= fresh:
+                    kept.append(s)
+            del kept[:-2]
         kept.append((step, seconds))
         self.samples[tokens] = kept
         if len(kept) == 1:  # the median of the kept samples, spelled out for one, two and three
@@ -147,6 +152,9 @@ class AcceptanceTable:
         self.decay = decay
         self._now = 0.0  # the age clock: +1 per verified step, +PLAIN_FADE per plain step
         self.counts: dict[tuple, list[float]] = {}  # key -> [accepted, verified, age clock of the last update]
+        # key -> the counts of its prefixes key[:1], key[:2], ..., key, once all exist (entries are only ever
+        # updated in place): rate and observe_row walk it instead of slicing and looking up every prefix
+        self._chains: dict[tuple, list[list[float]]] = {}
         self._hopes: dict[tuple, float] = {}  # hope(), cached as rate() is
         self._rates: dict[tuple, float] = {}  # rate() until the next observation or tick (plan, keep_drafting
         # and record ask for the same few keys many times a step)
@@ -165,6 +173,13 @@ class AcceptanceTable:
         self._hopes.clear()
         self.version += 1
 
+    def tick(self, steps: float) -> None:
+        """Age the evidence by `steps` verified steps (the `now` setter, without a property's extra call)."""
+        self._now += steps
+        self._rates.clear()
+        self._hopes.clear()
+        self.version += 1
+
     def _faded(self, c: list[float]) -> list[float]:
         if c[2] != self._now:
             f = self.decay ** (self._now - c[2])
@@ -177,12 +192,17 @@ class AcceptanceTable:
         p = self._rates.get(key)
         if p is not None:
             return p
-        p = self.root
-        for depth in range(1, len(key) + 1):
-            c = self.counts.get(key[:depth])
-            if c is not None:
-                c = self._faded(c)
-                p = (c[0] + self.strength * p) / (c[1] + self.strength)
+        p, strength, now = self.root, self.strength, self._now
+        chain = self._chains.get(key)
+        if chain is None:
+            chain = [c for c in (self.counts.get(key[:d]) for d in range(1, len(key) + 1)) if c is not None]
+        for c in chain:  # _faded, inlined (as in observe_row): rate runs for every key a step prices
+            if c[2] != now:
+                f = self.decay ** (now - c[2])
+                c[0] *= f
+                c[1] *= f
+                c[2] = now
+            p = (c[0] + strength * p) / (c[1] + strength)
         self._rates[key] = p
         return p
 
@@ -216,17 +236,20 @@ class AcceptanceTable:
         self._rates.clear()
         self._hopes.clear()
         self.version += 1
-        counts, now, faded = self.counts, self._now, self._faded
+        counts, chains, now, decay = self.counts, self._chains, self._now, self.decay
         for i in range(reached):
             key = keys[i]
+            chain = chains.get(key)
+            if chain is None:
+                chain = chains[key] = [counts.setdefault(key[:depth], [0.0, 0.0, now])
+                                       for depth in range(1, len(key) + 1)]
             landed = i < accepted
-            for depth in range(1, len(key) + 1):
-                sub = key[:depth]
-                c = counts.get(sub)
-                if c is None:
-                    c = counts[sub] = [0.0, 0.0, now]
-                elif c[2] != now:
-                    faded(c)
+            for c in chain:
+                if c[2] != now:  # _faded, inlined
+                    f = decay ** (now - c[2])
+                    c[0] *= f
+                    c[1] *= f
+                    c[2] = now
                 c[0] += landed
                 c[1] += 1
         landed = min(accepted, reached)
