@@ -36,7 +36,8 @@ EXPLORE_GAIN, within a budget of `warmup_explore` steps plus `explore_share` of 
 drafts would win by as much if they landed as often as their evidence allows (AcceptanceTable.hope: one
 posterior sd above the rate), during a drafter's first MIN_VERDICTS verdicts. While speculating,
 a plain step is taken once its cost is `refresh_steps` old, within the same budget. A plain step chosen by a
-wide margin stands for a few steps of the same rows and offers without being priced again (REST_GAP).
+wide margin stands for a few steps of the same rows and offers without being priced again (REST_GAP), and so
+does a draft model's speculative plan (STAND_GAP).
 A deterministic drafter's offers that were not verified (plain steps, rows given fewer drafts) are judged by
 the tokens that followed them and teach the acceptance table too (`judge`): a plain spell then ends as soon as
 the text starts to repeat, without exploration steps to find out.
