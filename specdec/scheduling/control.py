@@ -36,8 +36,7 @@ EXPLORE_GAIN, within a budget of `warmup_explore` steps plus `explore_share` of 
 drafts would win by as much if they landed as often as their evidence allows (AcceptanceTable.hope: one
 posterior sd above the rate), during a drafter's first MIN_VERDICTS verdicts. While speculating,
 a plain step is taken once its cost is `refresh_steps` old, within the same budget. A plain step chosen by a
-wide margin stands for a few steps of the same rows and offers without being priced again (REST_GAP), and so
-does a draft model's speculative plan (STAND_GAP).
+wide margin stands for a few steps of the same rows and offers without being priced again (REST_GAP).
 A deterministic drafter's offers that were not verified (plain steps, rows given fewer drafts) are judged by
 the tokens that followed them and teach the acceptance table too (`judge`): a plain spell then ends as soon as
 the text starts to repeat, without exploration steps to find out.
@@ -81,14 +80,6 @@ REST_STEPS = 8
 # short of its trigger for hundreds of steps (pinned there by the floors of its hoped costs), and under a gap of
 # REST_GAP each of those steps was priced in full: 110 us, 1% of a step.
 REST_EXPLORE_GAP = 0.03
-# A speculative width chosen by a margin stands too, for a draft model (whose offers, K position keys, repeat
-# every step): its rate at least STAND_GAP above plain's (on top of SPECULATE_MARGIN) and the exploration gap
-# as for a rest; for up to STAND_STEPS - 1 steps of the same rows, with the tokens' worth of the plan that stands
-# while the batch drains (not across its start), and never where a catch-up is due. Planning is about 40% of the controller's time in situ (70 us a step on the demo pair at batch 1, 0.45%
-# of a step), and within a few steps nothing it learns moves a 10% lead; a draft model's early stop
-# (keep_drafting) still follows each step's own drafts.
-STAND_GAP = 0.1
-STAND_STEPS = 4
 # A drafter's first few verdicts are too few to believe either way: a drafter whose drafts land 75% of the time
 # misses one of its first two 44% of the time. Until it has had MIN_VERDICTS, an exploration may hope for its
 # acceptance (AcceptanceTable.hope), besides its stale costs (see plan). Traced on the demo pair's
@@ -182,9 +173,7 @@ class SpeculationController:
         self.realised_tokens = 0
         self.predicted_seconds = 0.0
         self.judged_drafts = 0  # unverified drafts judged in hindsight (judge)
-        # (until clock, rows, keys priced, slack, accepted drafts, the plan that stands or None for a plain step):
-        # a plan that stands for a few steps (REST_GAP, STAND_GAP)
-        self._rest: tuple | None = None
+        self._rest: tuple | None = None  # (until clock, rows, keys priced): a plain step that stands (REST_GAP)
         self._drafting: list | None = None  # keep_drafting's stand for the step under way (_drafting_memo)
 
     # ------------------------------------------------------------------------------------------- costs
@@ -296,17 +285,8 @@ class SpeculationController:
             while prompts wait. Tokens are then valued by what they shorten the run (token_worth).
         """
         batch = len(rows)
-        rest = self._rest
-        if rest is not None:
-            stood = rest[5]
-            if stood is not None and (catch_up or (remaining is None) != (stood.worth is None)):
-                self._rest = None  # a catch-up is due, or the batch began to drain: priced anew
-            elif self._resting(rows, keys):
-                if stood is None:
-                    return self._finish(Plan(1, [0] * batch, float(batch), self._target_estimate(batch)), rows, keys)
-                return self._finish(Plan(stood.width, list(stood.num_draft), stood.predicted_tokens,
-                                         stood.predicted_seconds, probs=stood.probs, worth=stood.worth,
-                                         predicted_value=stood.predicted_value), rows, keys)
+        if self._rest is not None and self._resting(rows, keys):
+            return self._finish(Plan(1, [0] * batch, float(batch), self._target_estimate(batch)), rows, keys)
         offer, cap = [], self.k  # plain loops in plan, keep_drafting and record: see keep_drafting
         for k in keys:
             offer.append(min(len(k), cap))
@@ -451,11 +431,6 @@ class SpeculationController:
             chosen.append(p[:c])
         plan = Plan(choice[1], counts, choice[2], choice[3], explore=explore, probs=chosen, worth=worth,
                     predicted_value=choice[4])
-        if (not explore and choice[1] > 1 and model and not catch_up and not thin
-                and choice[0] >= plain_option[0] * (1 + STAND_GAP)
-                and (best_opt is None or choice[0] >= best_opt[0] / (1 + EXPLORE_GAIN) * (1 + REST_EXPLORE_GAP))):
-            until = self._rest_until(batch, range(1, top + 2), may_explore, self.clock + STAND_STEPS)
-            self._rest = (until, list(rows), [list(k[:self.k]) for k in keys], None, self.acceptance.accepted, plan)
         return self._finish(plan, rows, keys)
 
     def _hoped_values(self, groups: dict, top: int) -> list[float]:
@@ -507,10 +482,10 @@ class SpeculationController:
                                                                              worth, may_explore)
         until = self._rest_until(batch, range(2, (self.k if slack else top) + 2), may_explore,
                                  self.clock + REST_STEPS)
-        return until, list(rows), [list(k[:self.k]) for k in keys], slack, self.acceptance.accepted, None
+        return until, list(rows), [list(k[:self.k]) for k in keys], slack, self.acceptance.accepted
 
     def _rest_until(self, batch: int, widths, may_explore: bool, until: int) -> int:
-        """The clock a standing plan ends at, at most `until`: sooner where a fresh cost of one of these widths
+        """The clock a rest ends at, at most `until`: sooner where a fresh cost of one of these widths
         (or the draft's at N = batch, plan's draft_stale) turns stale, or the exploration budget refills, since
         either can make an exploration due."""
         clock, refresh = self.clock, self.refresh_steps
@@ -552,16 +527,13 @@ class SpeculationController:
         """Whether the plain step that began a rest still stands for these rows and offers (see _rest_after): the
         same rows, every row offering a prefix of what was priced (a draft model offers the same position keys
         every step; an n-gram row without a match offers nothing), or offers adding no more than the slack."""
-        until, rested, priced, slack, accepted, stood = self._rest
+        until, rested, priced, slack, accepted = self._rest
         if self.clock >= until or len(rows) != len(rested) or list(rows) != rested:
             self._rest = None
             return False
         extra = None
         for b, (k, p) in enumerate(zip(keys, priced)):
             n = min(len(k), self.k)
-            if stood is not None and (n != len(p) or list(k[:n]) != p):  # a speculative plan: the same offers
-                self._rest = None
-                return False
             if n and (n > len(p) or list(k[:n]) != p[:n]):
                 if slack is None or self.acceptance.accepted != accepted:
                     self._rest = None
