@@ -115,6 +115,10 @@ class Plan:
     # per row, v_b in units of an average token (c(B) / B seconds of plain decoding); None: every token alike
     worth: list[float] | None = None
     predicted_value: float = 0.0  # sum_b v_b E_b for the chosen counts (= predicted_tokens when worth is None)
+    # what plan priced, for keep_drafting's stand (_drafting_memo) when the tables have not changed since: (the
+    # acceptance table's version, per row its factor, per row p[b, i] for every offered draft, per row its keys,
+    # the target's cost by width - 1)
+    priced: tuple | None = None
 
     @property
     def plain(self) -> bool:
@@ -303,7 +307,7 @@ class SpeculationController:
         # probabilities (a draft model offers every row the same key list: one lookup for the batch), and
         # rows that also offer as many drafts and are worth the same are summed as one group with a count.
         shared: dict = {}
-        probs, groups = [], {}
+        probs, factors, groups = [], [], {}
         worth = self.token_worth(remaining) if remaining is not None else None
         records, strength, rate, cap = self.rows, self.row_strength, self.acceptance.rate, self.k
         for b, (r, k) in enumerate(zip(rows, keys)):
@@ -318,6 +322,7 @@ class SpeculationController:
                     p.append(q if 0.0 <= q <= 0.995 else (0.995 if q > 0.995 else 0.0))  # _clamp
                 entry = shared[memo] = (p, self._cumulative(p), k, f)  # gains[c]: its expected tokens, c drafts
             probs.append(entry[0])
+            factors.append(f)
             group = (memo, offer[b], 1.0 if worth is None else worth[b])
             member = groups.get(group)
             if member is None:
@@ -358,6 +363,7 @@ class SpeculationController:
         best = best_opt = best_spec = plain_s = None
         clock, refresh, target_seen = self.clock, self.refresh_steps, self.target_costs.last_seen
         measured = self.target_costs.seconds  # _target_estimate's answer where N was measured (always > 0)
+        target_by_width = []
         for width in range(1, top + 2):
             tokens, value = totals[width - 1], values[width - 1]
             drafts = width - 1 if model else 0
@@ -365,6 +371,7 @@ class SpeculationController:
             n = batch * width
             draft_s += overhead[width > 1]
             target_s = measured.get(n) or self._target_estimate(n)
+            target_by_width.append(target_s)
             est = target_s + draft_s
             # Any speculative width must beat plain by SPECULATE_MARGIN: the best of several noisy estimates is
             # biased upwards (on the demo pair's layer-skip draft at batch 2, 5.0 tokens predicted per step,
@@ -430,7 +437,8 @@ class SpeculationController:
             counts.append(c)
             chosen.append(p[:c])
         plan = Plan(choice[1], counts, choice[2], choice[3], explore=explore, probs=chosen, worth=worth,
-                    predicted_value=choice[4])
+                    predicted_value=choice[4],
+                    priced=(self.acceptance.version, factors, probs, keys, target_by_width) if model else None)
         return self._finish(plan, rows, keys)
 
     def _hoped_values(self, groups: dict, top: int) -> list[float]:
@@ -629,28 +637,43 @@ class SpeculationController:
         """keep_drafting's stand for a step: [plan, table version, position keys, row factors, per row the
         position priors q of the drafts ahead (with its factor), token worth, the plan's rate, (drafts counted, P per row, their
         keys), the position keys as passed, the target's estimated cost at width d + 1 by d]. The target's
-        costs do not change while a step drafts (only its own forward is timed then)."""
-        records, strength, keyrate = self.rows, self.row_strength, self.acceptance.rate
-        factors, ahead_probs, shared = [], [], {}
-        for r in plan.rows:
-            rec = records.get(r)  # _row_factor, inlined
-            f = 1.0 if rec is None else (rec.accepted + strength) / (rec.expected + strength)
-            factors.append(f)
-            q = shared.get(f)
-            if q is None:
-                q = shared[f] = []
-                for key in ahead:  # probs, inlined
-                    p = f * keyrate(key)
-                    q.append(p if 0.0 <= p <= 0.995 else (0.995 if p > 0.995 else 0.0))
-            ahead_probs.append(q)
+        costs do not change while a step drafts (only its own forward is timed then). What plan priced is
+        reused where the table has not changed since and every row offered the drafts ahead (a draft model's
+        position keys): the same numbers, computed once a step instead of twice."""
+        batch, k = len(plan.rows), self.k
+        priced = plan.priced
+        factors = ahead_probs = None
+        if priced is not None and priced[0] == self.acceptance.version and len(priced[4]) == k + 1:
+            same, checked = True, None
+            for keys in priced[3]:
+                if keys is not checked:  # a draft model offers every row the same list: compared once
+                    if keys[:k] != ahead:
+                        same = False
+                        break
+                    checked = keys
+            if same:
+                factors, ahead_probs, estimates = priced[1], priced[2], priced[4]
+        if factors is None:
+            records, strength, keyrate = self.rows, self.row_strength, self.acceptance.rate
+            factors, ahead_probs, shared = [], [], {}
+            for r in plan.rows:
+                rec = records.get(r)  # _row_factor, inlined
+                f = 1.0 if rec is None else (rec.accepted + strength) / (rec.expected + strength)
+                factors.append(f)
+                q = shared.get(f)
+                if q is None:
+                    q = shared[f] = []
+                    for key in ahead:  # probs, inlined
+                        p = f * keyrate(key)
+                        q.append(p if 0.0 <= p <= 0.995 else (0.995 if p > 0.995 else 0.0))
+                ahead_probs.append(q)
+            measured, estimates = self.target_costs.seconds, []
+            for d in range(k + 1):
+                n = batch * (d + 1)
+                estimates.append(measured.get(n) or self._target_estimate(n))
         value = plan.predicted_value if plan.worth is not None else plan.predicted_tokens
         rate = value / plan.predicted_seconds if plan.predicted_seconds > 0 else 0.0
-        batch = len(factors)
         worth = plan.worth or [1.0] * batch
-        measured, estimates = self.target_costs.seconds, []
-        for d in range(self.k + 1):
-            n = batch * (d + 1)
-            estimates.append(measured.get(n) or self._target_estimate(n))
         return [plan, self.acceptance.version, ahead, factors, ahead_probs, worth, rate,
                 (0, [1.0] * batch, []), position_keys, estimates]
 

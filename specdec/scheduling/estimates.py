@@ -153,7 +153,7 @@ class AcceptanceTable:
         self._now = 0.0  # the age clock: +1 per verified step, +PLAIN_FADE per plain step
         self.counts: dict[tuple, list[float]] = {}  # key -> [accepted, verified, age clock of the last update]
         # key -> the counts of its prefixes key[:1], key[:2], ..., key, once all exist (entries are only ever
-        # updated in place): rate and observe_row walk it instead of slicing and looking up every prefix
+        # updated in place): observe_row walks it instead of slicing and looking up every prefix
         self._chains: dict[tuple, list[list[float]]] = {}
         self._hopes: dict[tuple, float] = {}  # hope(), cached as rate() is
         self._rates: dict[tuple, float] = {}  # rate() until the next observation or tick (plan, keep_drafting
@@ -192,17 +192,24 @@ class AcceptanceTable:
         p = self._rates.get(key)
         if p is not None:
             return p
-        p, strength, now = self.root, self.strength, self._now
-        chain = self._chains.get(key)
-        if chain is None:
-            chain = [c for c in (self.counts.get(key[:d]) for d in range(1, len(key) + 1)) if c is not None]
-        for c in chain:  # _faded, inlined (as in observe_row): rate runs for every key a step prices
-            if c[2] != now:
+        # The posterior of key's parent, then key's own counts on top: the walk from the root prior down the
+        # prefixes that have counts, one level at a time, each level's answer cached. A draft model's binned key
+        # ("model", i, bin) then costs one level once plan has priced its position ("model", i).
+        if len(key) > 1:
+            p = self._rates.get(key[:-1])
+            if p is None:
+                p = self.rate(key[:-1])
+        else:
+            p = self.root
+        c = self.counts.get(key)
+        if c is not None:
+            now = self._now
+            if c[2] != now:  # _faded, inlined (as in observe_row): rate runs for every key a step prices
                 f = self.decay ** (now - c[2])
                 c[0] *= f
                 c[1] *= f
                 c[2] = now
-            p = (c[0] + strength * p) / (c[1] + strength)
+            p = (c[0] + self.strength * p) / (c[1] + self.strength)
         self._rates[key] = p
         return p
 
