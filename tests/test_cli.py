@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import specdec_kernels as sk
-from specdec.apps import cli
+from specdec.apps import cli, speed
 from specdec.apps.ablation import run_ablation
 from specdec.apps.check import check_against_greedy, plain_greedy
 from specdec.apps.cli import main
@@ -478,6 +478,46 @@ def test_short_cells_repeat_until_plain_has_run_min_seconds(tiny_folder):
             measure(model, {}, cells, [1], max_new=2, show=lambda line: None, **bad)
 
 
+
+
+@pytest.mark.parametrize("block", [0, 1, 2], ids=["one-batch", "1-prompt", "2-prompts"])
+def test_a_cell_run_block_by_block_decodes_every_prompt_once_a_repeat(tiny_folder, block, monkeypatch):
+    """Blocks change when each configuration runs, not what it decodes: the outputs (and their order) are the
+    whole cell's, every repeat's seconds add up its blocks' calls, and the stats of a row are its last repeat's
+    calls merged (one generate call per block)."""
+    model, tokenizer = load_causal_lm(tiny_folder)
+    torch.manual_seed(0)
+    cells = {"c": [[3, 4, 3, 4, 3], [5, 6], [7, 3, 4], [4, 4, 5, 6, 3]]}
+    got, whole, calls_made = {}, {}, []
+    run = speed.EngineRun.run
+
+    def logged(self, ids, *args):
+        calls_made.append((id(self), tuple(ids[0])))
+        return run(self, ids, *args)
+
+    monkeypatch.setattr(speed.EngineRun, "run", logged)
+    rows = measure(model, {"n-gram": NgramDrafter}, cells, [2], max_new=4, repeats=2, show=lambda line: None,
+                   clock="cpu", sequences=got, block=block)
+    monkeypatch.undo()
+    # every configuration (plain, n-gram adaptive and fixed) decodes a block before any decodes the next
+    firsts = [first for _, first in calls_made]
+    assert all(len({d for d, _ in calls_made[i:i + 3]}) == 3 and len(set(firsts[i:i + 3])) == 1
+               for i in range(0, len(calls_made), 3))
+    measure(model, {"n-gram": NgramDrafter}, cells, [2], max_new=4, repeats=1, show=lambda line: None,
+            sequences=whole)
+    assert got == whole and len(got[("c", 2, "plain")]) == 4
+    calls = {0: 2, 1: 4, 2: 2}[block]  # blocks per repeat: one batch (2 prompts), 1 prompt, 2 prompts
+    for row in rows:
+        assert len(row["repeat_seconds"]) == 2 and row["exact"]
+        if row["run"] != "plain":
+            plain_steps = next(r for r in rows if r["run"] == "plain")["steps"]
+            assert row["steps"] <= plain_steps
+    plain = next(r for r in rows if r["run"] == "plain")
+    # plain decoding takes max_new - 1 steps a row after its first token; in blocks of one prompt, each call is
+    # its own batch of one, so the steps add up over the calls of the last repeat
+    assert plain["steps"] == (4 * 3 if calls == 4 else 2 * 3)
+    with pytest.raises(ValueError, match=re.escape("block must be None or an int >= 0")):
+        measure(model, {}, cells, [1], max_new=2, show=lambda line: None, block=-1)
 def test_plain_vs_transformers_pairs_each_prompt_and_sums_its_medians(tiny_folder):
     import importlib.util
     spec = importlib.util.spec_from_file_location(

@@ -226,3 +226,41 @@ def test_the_controller_prices_the_early_exit_as_a_draft_model():
     assert ctrl.draft_costs is not None and ctrl.draft_ratio == pytest.approx(share) and 0.4 < share < 0.9
     assert ctrl.first_columns == 1
     assert SpeculativeDecoder(model, separate_copy(model, 2)).controller.first_columns == 2
+
+
+def test_confidence_bins_on_the_host_are_bucketizes():
+    # the stop rule's keys are binned on the host from one float32 readback; the recorded ones on the device
+    from specdec.drafting.model import CONFIDENCE_EDGES, confidence_bin
+    torch.manual_seed(7)
+    edges = torch.tensor(CONFIDENCE_EDGES)
+    x = torch.cat([torch.rand(4000), edges, torch.nextafter(edges, torch.ones_like(edges)),
+                   torch.nextafter(edges, torch.zeros_like(edges)), torch.tensor([0.0, 1.0])])
+    assert [confidence_bin(v) for v in x.tolist()] == torch.bucketize(x, edges).tolist()
+
+
+@pytest.mark.parametrize("drafter", ["early-exit", "own-cache"])
+def test_the_stop_rule_sees_the_keys_the_step_records(drafter):
+    # Every ask of a step sees, per row, the keys its drafts get recorded with (binned on the device from the
+    # same confidences), one more each time; a stop rule that kept the lists would see them grow: they are
+    # compared here as copies made at the call. The late layers are silenced so that drafts land and steps draft.
+    model = late_layers_silent(deep_target("llama"), 2)
+    draft = EarlyExitDrafter(model, 2) if drafter == "early-exit" else separate_copy(model, 2)
+    dec = SpeculativeDecoder(model, draft, num_draft_tokens=4)
+    ctrl, asked, checked = dec.controller, [], []
+    keep, record = ctrl.keep_drafting, ctrl.record
+
+    def keep_drafting(plan, drafted, keys, position_keys):
+        asked.append((drafted, [list(k) for k in keys]))
+        return keep(plan, drafted, keys, position_keys)
+
+    def recorded(plan, keys, accepted, seconds=None):
+        for drafted, seen in asked:
+            assert all(len(s) == drafted and s == k[:drafted] for s, k in zip(seen, keys)), (seen, keys)
+            checked.append(drafted)
+        asked.clear()
+        return record(plan, keys, accepted, seconds)
+
+    ctrl.keep_drafting, ctrl.record = keep_drafting, recorded
+    ps = prompts((5, 9, 14), seed=5)
+    out = dec.generate(ps, max_new_tokens=24, batch_size=3)
+    assert out.sequences == reference(model, ps, 24) and len(checked) > 10 and max(checked) >= 2

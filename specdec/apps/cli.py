@@ -120,6 +120,10 @@ def _add_real_demo_args(real: argparse.ArgumentParser) -> None:
     real.add_argument("--max-new-tokens", type=int, default=48)
     real.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8], metavar="B")
     real.add_argument("--repeats", type=int, default=2, help="timed runs of every configuration, in a shuffled order")
+    real.add_argument("--whole-cell", action="store_true",
+                      help="run each configuration over a whole cell at a time, not block by block (one batch of "
+                           "prompts, every configuration in turn: runs of a block are seconds apart, so the "
+                           "machine's drift weighs less on their ratio)")
     real.add_argument("--num-draft-tokens", "-k", type=int, default=4, help="K, the most drafts per row per step")
     real.add_argument("--drafters", nargs="+", choices=tuple(DRAFTERS) + tuple(OPTIONAL_DRAFTERS),
                       default=list(DRAFTERS),
@@ -493,7 +497,8 @@ def main(argv=None) -> int:
                           batch_sizes=args.batch_sizes, repeats=args.repeats, k=args.num_draft_tokens,
                           drafters=args.drafters, fixed=not args.no_fixed, transformers=args.transformers,
                           check=not args.no_check, chat=not args.no_chat_template, json_out=args.json_out,
-                          command=args.command_line, model=args.model, clock=args.clock)
+                          command=args.command_line, model=args.model, clock=args.clock,
+                          block=None if args.whole_cell else 0)
         else:
             run_ablation(quick=args.quick, json_out=args.json_out, plot=args.plot, device=args.device,
                          threads=args.threads, prompts=args.prompts, max_new_tokens=args.max_new_tokens,

@@ -64,7 +64,7 @@ def run_real_demo(threads: int = 1, *, target_dir: str | None = None, prompts: s
                   batch_sizes=(1, 4, 8), repeats: int = 2, k: int = 4, drafters=tuple(DRAFTERS), fixed: bool = True,
                   transformers: bool = False, check: bool = True, chat: bool = True, json_out: str | None = None,
                   command: str | None = None, show=print, load=None, model: str = "smollm2",
-                  clock: str = "wall") -> dict:
+                  clock: str = "wall", block: int | None = 0) -> dict:
     """The report {header, command, rows, table, ...}; rows as speed.measure's, with greedy_matches/prompts when
     checked. load: a callable giving (model, tokenizer, description), instead of target_dir or SmolLM2."""
     torch.set_num_threads(threads)
@@ -92,7 +92,9 @@ def run_real_demo(threads: int = 1, *, target_dir: str | None = None, prompts: s
     header = (f"specdec real-demo: {description}, {len(ids)} prompts in {len(groups)} categories"
               f"{' through its chat template' if chat and getattr(tokenizer, 'chat_template', None) else ''}, "
               f"{max_new_tokens} new tokens, K={k}, batch sizes {list(batch_sizes)}, {repeats} repeat(s), "
-              f"{threads} thread(s), kernels {sk.get_backend()!r}, {clock} clock")
+              f"{threads} thread(s), kernels {sk.get_backend()!r}, {clock} clock"
+              + (", whole cells" if block is None else ", one batch of prompts per block" if block == 0
+                 else f", blocks of {block} prompts"))
     show(header)
     reference = None
     if check:
@@ -106,7 +108,7 @@ def run_real_demo(threads: int = 1, *, target_dir: str | None = None, prompts: s
         rows += measure(target, factories, {name: [ids[i] for i in indexes] for name, indexes in cells.items()},
                         [batch_size], max_new=max_new_tokens, k=k, repeats=repeats, fixed=fixed,
                         transformers=transformers, assistants=assistants, show=show, sequences=outputs,
-                        clock=clock)
+                        clock=clock, block=block)
         if reference is not None:
             for row in rows:
                 if row["batch_size"] == batch_size and "greedy_matches" not in row:
@@ -120,7 +122,7 @@ def run_real_demo(threads: int = 1, *, target_dir: str | None = None, prompts: s
     report = {"header": header, "command": command, "rows": rows, "table": text, "differences": differences,
               "config": {"prompts": len(ids), "categories": {c: len(v) for c, v in groups.items()},
                          "max_new_tokens": max_new_tokens, "num_draft_tokens": k, "batch_sizes": list(batch_sizes),
-                         "repeats": repeats, "threads": threads, "checked": reference is not None,
+                         "repeats": repeats, "block": block, "threads": threads, "checked": reference is not None,
                          "prompts_file": prompts, "per_category": per_category, "limit": limit}}
     if json_out:
         _write(json_out, report)

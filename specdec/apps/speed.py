@@ -10,7 +10,9 @@ A speed-up is the median over repeats of the ratio within each repeat (plain's s
 run's), not the ratio of totals. The speed of this machine drifts by ±25% over seconds (the CPU time of one
 identical run of the demo pair: 324 to 551 ms in 8 repeats, `bench/plain_gap.py`), so totals follow whichever
 configurations happened to meet a slow spell; a repeat's runs are seconds apart and share it, and a median
-ignores the repeat that caught a change of pace. Rows keep both (speedup_of_totals).
+ignores the repeat that caught a change of pace. Rows keep both (speedup_of_totals). With `block`, a repeat
+goes further: it runs the cell a block of prompts at a time, every configuration on a block before the next, so
+the runs being compared are seconds apart, not a whole repeat.
 
 Decoders live as long as their cell: the controller learns costs and acceptance on the first repeat and keeps them
 (as it would across a user's generate calls); the first repeat's exploration is part of the measured time.
@@ -29,6 +31,7 @@ from typing import Callable
 import torch
 
 from ..decoder import SpeculativeDecoder
+from .report import merge_stats
 
 Factory = Callable[[], object]  # makes a drafter (a model or a drafter object)
 NOISE_GAUGE = "plain again (noise gauge)"
@@ -103,7 +106,7 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
             repeats: int = 2, scheduler: str = "eqspec", fixed: bool = True, transformers: bool = False,
             assistants: dict | None = None, show=print, sequences: dict | None = None,
             clock: str = "wall", min_seconds: float = 0.0, max_repeats: int | None = None,
-            noise_gauge: bool = False) -> list[dict]:
+            noise_gauge: bool = False, block: int | None = None) -> list[dict]:
     """Rows {category, batch_size, run, seconds, tokens_per_s, speedup, ...}; categories: {name: [token ids]}.
 
     clock: what `seconds` and `speedup` count: "wall" time, or the process's "cpu" time (with one torch thread,
@@ -119,13 +122,23 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
     meets one spell of the machine or another), and its extra repeats are cheap.
 
     noise_gauge: add NOISE_GAUGE, a second plain decoder measured like every other run: its speed-up over plain
-    is 1 by construction, so what it reads is the cell's noise, the yardstick for every other row of the cell."""
+    is 1 by construction, so what it reads is the cell's noise, the yardstick for every other row of the cell.
+
+    block: prompts per block (None: the whole cell). A repeat runs the cell block by block, every configuration on
+    a block (in a shuffled order) before the next block, and a configuration's time in the repeat is the sum over
+    blocks. Two runs of a block are then a few seconds apart rather than a whole repeat: the machine's pace
+    drifts over tens of seconds, so their ratio carries less of it (one demo prompt decoded 120 times in a row:
+    the ratio of adjacent runs varies by 5.6%, of runs 14 apart by 10.5%). 0 means one batch of prompts
+    (`batch_size`) per block: no row refills from the next block, so at a batch size that does not divide the
+    cell the last block runs smaller (as an EQSPEC batch whose rows all finish together would)."""
     if clock not in ("wall", "cpu"):
         raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if not min_seconds >= 0:
         raise ValueError(f"min_seconds must be >= 0, got {min_seconds}")
+    if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 0):
+        raise ValueError(f"block must be None or an int >= 0 (prompts per block; 0: one batch), got {block!r}")
     max_repeats = 8 * repeats if max_repeats is None else max_repeats
     if max_repeats < repeats:
         raise ValueError(f"max_repeats must be >= repeats ({repeats}), got {max_repeats}")
@@ -152,23 +165,29 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
             outputs: dict[str, list] = {}
             shuffle = random.Random(len(rows))
             timed = cpu if clock == "cpu" else wall
+            size = len(ids) if block is None else (block or batch_size)
+            blocks = [ids[i:i + size] for i in range(0, len(ids), max(1, size))] or [ids]
             rep = 0
             while rep < repeats or (sum(timed["plain"]) < min_seconds and rep < max_repeats):
                 rep += 1
-                order = shuffle.sample(names, len(names))
-                for name in order:
-                    w, c = time.perf_counter(), time.process_time()
-                    seqs = runs[name].run(ids, max_new, batch_size)
-                    wall[name].append(time.perf_counter() - w)
-                    cpu[name].append(time.process_time() - c)
-                    outputs[name] = [trim_after_eos(list(q), eos) for q in seqs]
+                for name in names:
+                    wall[name].append(0.0)
+                    cpu[name].append(0.0)
+                    outputs[name] = []
+                for part in blocks:
+                    for name in shuffle.sample(names, len(names)):
+                        w, c = time.perf_counter(), time.process_time()
+                        seqs = runs[name].run(part, max_new, batch_size)
+                        wall[name][-1] += time.perf_counter() - w
+                        cpu[name][-1] += time.process_time() - c
+                        outputs[name] += [trim_after_eos(list(q), eos) for q in seqs]
             seconds = timed
             if sequences is not None:
                 sequences.update({(category, batch_size, name): seqs for name, seqs in outputs.items()})
             tokens = sum(len(q) for q in outputs["plain"]) * rep
             for name in names:
                 stats = getattr(runs[name], "stats", [])
-                last = stats[-1] if stats else {}
+                last = last_repeat(stats, len(blocks))
                 total = sum(seconds[name])
                 row = {"category": category, "batch_size": batch_size, "run": name, "seconds": total,
                        "clock": clock, "wall_seconds": sum(wall[name]), "cpu_seconds": sum(cpu[name]),
@@ -194,6 +213,18 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
                 rows.append(row)
                 show(format_row(row))
     return rows
+
+
+def last_repeat(stats: list[dict], calls: int) -> dict:
+    """The stats of a run's last repeat: its last `calls` generate calls (one per block) merged, with the
+    acceptance table as the last call left it."""
+    if not stats:
+        return {}
+    parts = stats[-calls:]
+    out = merge_stats(parts)
+    if "acceptance_table" in parts[-1]:
+        out["acceptance_table"] = parts[-1]["acceptance_table"]
+    return out
 
 
 def report(title: str, text: str, path: str | None, header: str, rows: list[dict]) -> None:

@@ -39,7 +39,9 @@ from ..kv.batch import StepBatch
 from ..sampling import SamplingConfig
 
 Keys = list[list[tuple]]
-StopRule = Callable[[int, Keys], bool]  # (drafts so far, their keys per row) -> stop drafting now?
+# (drafts so far, their keys per row) -> stop drafting now? Within a step the drafter may pass the same lists each
+# time, grown by one key per row: a rule that keeps them past the call copies them.
+StopRule = Callable[[int, Keys], bool]
 
 
 @dataclass

@@ -20,6 +20,7 @@ would have had drafting every step: skipping changes timing, never what is draft
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -35,6 +36,14 @@ from .base import Keys, Proposal, StopRule
 # Confidence bins: the draft's own probability of its token, the feature the controller's acceptance table keys
 # on. Finer near 1, where agreement with the target concentrates.
 CONFIDENCE_EDGES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+# The edges as the float32 numbers torch.bucketize compares with: bisect_left over them gives a float32
+# confidence the bin bucketize gives it (the count of edges below it), on the host.
+EDGES_FLOAT32 = tuple(torch.tensor(CONFIDENCE_EDGES, dtype=torch.float32).tolist())
+
+
+def confidence_bin(x: float) -> int:
+    """The bin of one confidence (a float32 value read back to the host): torch.bucketize's, without a tensor."""
+    return bisect.bisect_left(EDGES_FLOAT32, x)
 
 
 @dataclass
@@ -132,6 +141,7 @@ class ModelDrafter:
         """Up to k drafts per row from `logits` (the draft's scores after the row's newest token), each fed
         back through `lane` to score the next."""
         drafts, probs, confidence = [], [], []
+        asked = None  # per row, the keys of its drafts so far, grown by one each time the stop rule is asked
         for i in range(k):
             # the same scoring as the target's at this position: the row's history, then its drafts so far
             prefixes = Prefixes(batch.seqs, batch.history, batch.prompt_length,
@@ -150,9 +160,13 @@ class ModelDrafter:
             if i + 1 == k:
                 break
             if stop is not None and self.early_stop and self.confidence:
-                bins = self._bins(confidence).tolist()
-                keys = [[("model", j + 1, b) for j, b in enumerate(row)] for row in bins]
-                if stop(i + 1, keys):
+                # only the newest draft's confidence comes to the host: one readback, binned there (the earlier
+                # drafts' keys were built on earlier asks)
+                if asked is None:
+                    asked = [[] for _ in range(batch.size)]
+                for row, x in zip(asked, confidence[-1].view(-1).tolist()):
+                    row.append(("model", i + 1, confidence_bin(x)))
+                if stop(i + 1, asked):
                     break
             logits = self._forward(lane, d[:, None], None)
         tokens = torch.stack(drafts, dim=1)
