@@ -461,6 +461,22 @@ def test_a_new_drafter_is_hoped_for_in_acceptance_and_stale_costs_at_once(thin):
     assert (plan.width, plan.explore) == ((2, True) if thin else (1, False)), plan
 
 
+@pytest.mark.parametrize("plain", [True, False], ids=["plain-step", "speculative-step"])
+def test_a_prefill_before_a_step_is_not_counted_as_the_steps_forward(plain):
+    # Rows are admitted (a prefill, timed for the cost table) between one step's record and the next step's plan;
+    # the step's overhead is its time beyond its own forwards. Counting the prefill as one of them left the first
+    # step after every admission with no overhead at all: at batch 1, once per prompt.
+    ctrl = SpeculationController(K)
+    ctrl.clock = 10
+    ctrl.observe_target(90, 0.050)  # the prefill
+    plan = ctrl.plan([0], [[] for _ in range(1)] if plain else ngram_keys(1))
+    ctrl.observe_target(1 if plain else 3, 0.010)
+    keys = [[]] if plain else [[("ngram", 2, 1), ("ngram", 2, 2)]]
+    ctrl.record(plan, keys, [0], seconds=0.012)
+    overhead = ctrl.plain_overhead if plain else ctrl.spec_overhead
+    assert overhead.estimate(1) == pytest.approx(0.002)
+
+
 @pytest.mark.parametrize("age", [300, 10], ids=["stale", "fresh"])
 def test_a_speculative_step_overhead_measured_cold_is_hoped_lower_with_age(age):
     # Drafts land 80% of the time and a column costs 3 ms on a 10 ms plain step: width 3 gains a third if a

@@ -288,6 +288,10 @@ class SpeculationController:
         remaining: per row, the most tokens it has left, when nothing waits for room (the batch drains); None
             while prompts wait. Tokens are then valued by what they shorten the run (token_worth).
         """
+        # A step's forwards are those timed from here to record: a prefill of rows admitted after the last step
+        # (timed too, for the cost tables) is not this step's, and counted as one it left the step after every
+        # admission with no overhead at all (at batch 1, one step per prompt: the plain overhead read as 0).
+        self._forward_seconds = 0.0
         batch = len(rows)
         if self._rest is not None and self._resting(rows, keys):
             return self._finish(Plan(1, [0] * batch, float(batch), self._target_estimate(batch)), rows, keys)
