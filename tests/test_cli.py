@@ -478,8 +478,6 @@ def test_short_cells_repeat_until_plain_has_run_min_seconds(tiny_folder):
             measure(model, {}, cells, [1], max_new=2, show=lambda line: None, **bad)
 
 
-
-
 @pytest.mark.parametrize("block", [0, 1, 2], ids=["one-batch", "1-prompt", "2-prompts"])
 def test_a_cell_run_block_by_block_decodes_every_prompt_once_a_repeat(tiny_folder, block, monkeypatch):
     """Blocks change when each configuration runs, not what it decodes: the outputs (and their order) are the
@@ -507,6 +505,7 @@ def test_a_cell_run_block_by_block_decodes_every_prompt_once_a_repeat(tiny_folde
             sequences=whole)
     assert got == whole and len(got[("c", 2, "plain")]) == 4
     calls = {0: 2, 1: 4, 2: 2}[block]  # blocks per repeat: one batch (2 prompts), 1 prompt, 2 prompts
+    assert len(calls_made) == 3 * 2 * calls  # three configurations, two repeats, a call per block
     for row in rows:
         assert len(row["repeat_seconds"]) == 2 and row["exact"]
         if row["run"] != "plain":

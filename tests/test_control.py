@@ -469,7 +469,7 @@ def test_a_prefill_before_a_step_is_not_counted_as_the_steps_forward(plain):
     ctrl = SpeculationController(K)
     ctrl.clock = 10
     ctrl.observe_target(90, 0.050)  # the prefill
-    plan = ctrl.plan([0], [[] for _ in range(1)] if plain else ngram_keys(1))
+    plan = ctrl.plan([0], [[]] if plain else ngram_keys(1))
     ctrl.observe_target(1 if plain else 3, 0.010)
     keys = [[]] if plain else [[("ngram", 2, 1), ("ngram", 2, 2)]]
     ctrl.record(plan, keys, [0], seconds=0.012)
