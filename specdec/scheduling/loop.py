@@ -26,6 +26,7 @@ distributions [B, w, V] each kept token was chosen from, before the tokens of th
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from typing import Protocol, Sequence
 
@@ -149,7 +150,8 @@ class DecodeLoop:
             return None, None
         keys = self.drafter.offer(batch, self.k)  # the drafter's own work (an n-gram lookup propose reuses)
         t = time.perf_counter()
-        plan = self.controller.plan(batch.seqs, keys, catch_up=self.drafter.lag(batch), horizon=self._horizon(batch),
+        lag = self.drafter.lag(batch)  # the horizon only amortises a catch-up: not counted without one
+        plan = self.controller.plan(batch.seqs, keys, catch_up=lag, horizon=self._horizon(batch) if lag else math.inf,
                                     remaining=self._remaining(batch))
         self.control_seconds += time.perf_counter() - t
         if self.ranks is not None:  # the controller follows this rank's timings: use rank 0's plan
