@@ -59,15 +59,15 @@ def decision(name: str, out):
     return out if name == "keep_drafting" else None
 
 
-def replay(cls, options: dict, k: int, trace: list) -> tuple[list, float]:
-    """(the decisions of every plan and keep_drafting call, seconds the calls took)."""
+def replay(cls, options: dict, k: int, trace: list) -> tuple[list, dict[str, float]]:
+    """(the decisions of every plan and keep_drafting call, seconds the calls took by call name)."""
     ctrl = cls(k, **options)
-    plans, out, seconds = {}, [], 0.0
+    plans, out, seconds = {}, [], dict.fromkeys(CALLS, 0.0)
     for i, (name, args, kwargs) in enumerate(trace):
         args = tuple(plans[a[1]] if isinstance(a, tuple) and len(a) == 2 and a[0] == "plan" else a for a in args)
         t = time.perf_counter()
         result = getattr(ctrl, name)(*args, **kwargs)
-        seconds += time.perf_counter() - t
+        seconds[name] += time.perf_counter() - t
         if name == "plan":
             plans[i] = result
         if name in ("plan", "keep_drafting"):
@@ -111,14 +111,17 @@ def main(argv=None) -> int:
     else:
         a, b = first
         print(f"decisions: DIFFER at call {(a or b)[0]} ({(a or b)[1]}): new {a and a[2]}, old {b and b[2]}")
-    best = {"new": math.inf, "old": math.inf}
+    best = {"new": {n: math.inf for n in CALLS}, "old": {n: math.inf for n in CALLS}}
     gc.disable()  # the trace's copies are many small objects: a collection inside one replay would be timed
     for _ in range(args.timing_repeats):  # alternating, so that a slow spell of the machine meets both
         for label, cls, opts in (("new", new_cls, options), ("old", old_cls, old_opts)):
-            best[label] = min(best[label], replay(cls, opts, decoder.k, trace)[1])
+            for name, seconds in replay(cls, opts, decoder.k, trace)[1].items():
+                best[label][name] = min(best[label][name], seconds)
     gc.enable()
-    for label, seconds in best.items():
-        print(f"{label}: {seconds / steps * 1e6:6.1f} us a step, hot (best of {args.timing_repeats} replays)")
+    for label, by_call in best.items():  # each call's best replay: their sum is a little under a whole replay's
+        calls = ", ".join(f"{n} {s / steps * 1e6:.1f}" for n, s in by_call.items() if s > 0)
+        print(f"{label}: {sum(by_call.values()) / steps * 1e6:6.1f} us a step, hot (best of "
+              f"{args.timing_repeats} replays; by call: {calls})")
     return 0 if first is None else 1
 
 

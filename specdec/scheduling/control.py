@@ -311,6 +311,7 @@ class SpeculationController:
         # probabilities (a draft model offers every row the same key list: one lookup for the batch), and
         # rows that also offer as many drafts and are worth the same are summed as one group with a count.
         shared: dict = {}
+        rated: dict = {}  # id(key list) -> the rates of its first K keys: rows with other factors share them
         probs, factors, groups = [], [], {}
         worth = self.token_worth(remaining) if remaining is not None else None
         records, strength, rate, cap = self.rows, self.row_strength, self.acceptance.rate, self.k
@@ -320,9 +321,14 @@ class SpeculationController:
             memo = (f, id(k))
             entry = shared.get(memo) if k else NO_OFFER  # a row offering nothing expects its one token
             if entry is None:
+                rates = rated.get(id(k))
+                if rates is None:
+                    rates = rated[id(k)] = []
+                    for key in k[:cap]:
+                        rates.append(rate(key))
                 p = []
-                for key in k[:cap]:
-                    q = f * rate(key)
+                for x in rates:
+                    q = f * x
                     p.append(q if 0.0 <= q <= 0.995 else (0.995 if q > 0.995 else 0.0))  # _clamp
                 entry = shared[memo] = (p, self._cumulative(p), k, f)  # gains[c]: its expected tokens, c drafts
             probs.append(entry[0])
@@ -607,11 +613,13 @@ class SpeculationController:
                     break
         if done == 0:
             land = [1.0] * batch
-        keyrate = self.acceptance.rate
+        keyrate, cached = self.acceptance.rate, self.acceptance.rates  # rate()'s cache, read first: a hit is no call
         for i in range(done, drafted):
             landed = []
             for x, f, k in zip(land, factors, keys):
-                p = f * keyrate(k[i])
+                key = k[i]
+                p = cached.get(key)
+                p = f * (keyrate(key) if p is None else p)
                 landed.append(x * (p if 0.0 <= p <= 0.995 else (0.995 if p > 0.995 else 0.0)))  # _clamp
             land = landed
         seen = []
@@ -703,23 +711,24 @@ class SpeculationController:
             if seconds is not None:
                 self.spec_overhead.observe(len(keys), max(MIN_SECONDS, seconds - self._forward_seconds), self.clock)
             # what the tables predicted for every row before this step's outcomes are learned
-            records, strength, keyrate = self.rows, self.row_strength, self.acceptance.rate
+            records, strength = self.rows, self.row_strength
+            keyrate, cached = self.acceptance.rate, self.acceptance.rates  # see keep_drafting
             for row, k, a, n in zip(plan.rows, keys, accepted, reached):
                 if n:
                     rec = records.get(row)  # the row factor before this step (_row_factor, probs: inlined)
                     f = 1.0 if rec is None else (rec.accepted + strength) / (rec.expected + strength)
                     expected = 0
                     for i in range(n):
-                        p = f * keyrate(k[i])
+                        key = k[i]
+                        p = cached.get(key)
+                        p = f * (keyrate(key) if p is None else p)
                         expected += p if 0.0 <= p <= 0.995 else (0.995 if p > 0.995 else 0.0)
                     if rec is None:
                         rec = records[row] = RowRecord()
                     rec.accepted += min(a, n)
                     rec.expected += expected
         self._forward_seconds = 0.0
-        observe = self.acceptance.observe_row
-        for row_keys, a, n in zip(keys, accepted, reached):
-            observe(row_keys, n, a)
+        self.acceptance.observe_rows(keys, reached, accepted)
         self.acceptance.tick(1.0)
 
     def judge(self, outcomes: Sequence[tuple[Hashable, Sequence[tuple], int]]) -> None:

@@ -70,14 +70,14 @@ class ForwardCosts:
         if self.monotone:  # the table was non-decreasing before this sample: clamp outwards until one agrees
             known = self._sorted
             i = bisect.bisect_left(known, tokens)
-            for n in reversed(known[:i]):
-                if seconds[n] <= median:
-                    break
-                seconds[n] = median
-            for n in known[i + 1:]:
-                if seconds[n] >= median:
-                    break
-                seconds[n] = median
+            j = i - 1  # index loops, not slices: observe runs for every forward
+            while j >= 0 and seconds[known[j]] > median:
+                seconds[known[j]] = median
+                j -= 1
+            j, end = i + 1, len(known)
+            while j < end and seconds[known[j]] < median:
+                seconds[known[j]] = median
+                j += 1
 
     def known(self, tokens: int) -> bool:
         return tokens in self.seconds
@@ -156,8 +156,10 @@ class AcceptanceTable:
         # updated in place): observe_row walks it instead of slicing and looking up every prefix
         self._chains: dict[tuple, list[list[float]]] = {}
         self._hopes: dict[tuple, float] = {}  # hope(), cached as rate() is
-        self._rates: dict[tuple, float] = {}  # rate() until the next observation or tick (plan, keep_drafting
-        # and record ask for the same few keys many times a step)
+        # rate() until the next observation or tick (plan, keep_drafting and record ask for the same few keys
+        # many times a step, and read it before calling rate: a hit then costs no call). Cleared, never rebound.
+        self.rates: dict[tuple, float] = {}
+        self._rates = self.rates
         self.version = 0  # +1 whenever a rate may change (an observation, a tick): for callers' own caches
         self.accepted = 0  # accepted drafts observed: a rate may have risen
         self.verdicts = 0  # drafts observed, accepted or not (never faded)
@@ -237,28 +239,35 @@ class AcceptanceTable:
 
     def observe_row(self, keys, reached: int, accepted: int) -> None:
         """The verdicts on the first `reached` drafts of one row (features `keys`), of which the first `accepted`
-        landed: observe(keys[i], i < accepted) for each, with the caches cleared once (record's hot path)."""
-        if reached <= 0:
+        landed: observe(keys[i], i < accepted) for each, with the caches cleared once."""
+        self.observe_rows((keys,), (reached,), (accepted,))
+
+    def observe_rows(self, keys, reached, accepted) -> None:
+        """observe_row(keys[b], reached[b], accepted[b]) for every row b of a step, with the caches cleared once
+        (record's hot path: one call a step)."""
+        if not any(n > 0 for n in reached):
             return
         self._rates.clear()
         self._hopes.clear()
         self.version += 1
         counts, chains, now, decay = self.counts, self._chains, self._now, self.decay
-        for i in range(reached):
-            key = keys[i]
-            chain = chains.get(key)
-            if chain is None:
-                chain = chains[key] = [counts.setdefault(key[:depth], [0.0, 0.0, now])
-                                       for depth in range(1, len(key) + 1)]
-            landed = i < accepted
-            for c in chain:
-                if c[2] != now:  # _faded, inlined
-                    f = decay ** (now - c[2])
-                    c[0] *= f
-                    c[1] *= f
-                    c[2] = now
-                c[0] += landed
-                c[1] += 1
-        landed = min(accepted, reached)
-        self.accepted += landed
-        self.verdicts += reached
+        for row_keys, n, a in zip(keys, reached, accepted):
+            if n <= 0:
+                continue
+            for i in range(n):
+                key = row_keys[i]
+                chain = chains.get(key)
+                if chain is None:
+                    chain = chains[key] = [counts.setdefault(key[:depth], [0.0, 0.0, now])
+                                           for depth in range(1, len(key) + 1)]
+                landed = i < a
+                for c in chain:
+                    if c[2] != now:  # _faded, inlined
+                        f = decay ** (now - c[2])
+                        c[0] *= f
+                        c[1] *= f
+                        c[2] = now
+                    c[0] += landed
+                    c[1] += 1
+            self.accepted += a if a < n else n
+            self.verdicts += n

@@ -85,9 +85,11 @@ class DecodeLoop:
         self.clock = ForwardClock(self.device)
         # Forward timings and draft confidences feed decisions only: fixed K (a disabled controller) skips both
         self.adaptive = controller is not None and controller.enabled
+        if self.adaptive:  # what the controller does with a timing is its own time too (control_seconds)
+            self._observe_target = self._counted(controller.observe_target)
+            observe_draft = self._counted(controller.observe_draft)
         if hasattr(drafter, "timed"):
-            drafter.timed = (lambda tokens: self.clock.measure(tokens, controller.observe_draft)) if self.adaptive \
-                else None
+            drafter.timed = (lambda tokens: self.clock.measure(tokens, observe_draft)) if self.adaptive else None
         if hasattr(drafter, "prefill_timer"):
             drafter.prefill_timer = lambda: self.timer.within("draft_prefill")
         if hasattr(drafter, "confidence"):
@@ -104,6 +106,16 @@ class DecodeLoop:
         self.cuts = {"eos": 0, "max_new_tokens": 0}
         self.control_seconds = 0.0
         self._fed = self._drafter_counters()  # the drafter outlives this run: report this run's share
+
+    def _counted(self, sink):
+        """sink(tokens, seconds), with its own time added to control_seconds. A timing lands right after its
+        forward, when the controller's tables are cold: on the demo pair, 2 of its 7 calls a step and a quarter
+        of its time (left out before 2026-12-05, the share read 1.0-1.1% where it was 1.3-1.4%)."""
+        def counted(tokens: int, seconds: float) -> None:
+            t = time.perf_counter()
+            sink(tokens, seconds)
+            self.control_seconds += time.perf_counter() - t
+        return counted
 
     def _drafter_counters(self) -> tuple[int, int]:
         return (getattr(self.drafter, "catch_up_columns", 0), getattr(self.drafter, "resumed_columns", 0))
@@ -197,7 +209,7 @@ class DecodeLoop:
             columns = torch.cat([batch.last[:, None], proposal.tokens.clamp(min=0)], dim=1)
         if not self.adaptive:
             return batch.target.forward(columns)
-        with self.clock.measure(columns.numel(), self.controller.observe_target):
+        with self.clock.measure(columns.numel(), self._observe_target):
             return batch.target.forward(columns)
 
     def sample(self, batch: StepBatch, proposal: Proposal | None, logits: torch.Tensor):
@@ -328,7 +340,7 @@ class DecodeLoop:
             prompts = [self.prompts[i] for i in take]
             # A prefill is a forward over rows x width query tokens too: it tells the controller what a forward
             # of that size costs, the size a draft model's catch-up is (prefill tokens are not otherwise seen).
-            timed = self.clock.measure(len(take) * max(map(len, prompts)), self.controller.observe_target) \
+            timed = self.clock.measure(len(take) * max(map(len, prompts)), self._observe_target) \
                 if self.adaptive else contextlib.nullcontext()
             with self.timer.within("prefill"), timed:
                 first = self.source.admit(take, prompts, self.admission_tokens).tolist()
