@@ -8,6 +8,7 @@ parameters and leaves the target untouched; RaggedKV.rewind undoes a draft's col
 """
 
 import copy
+import time
 
 import pytest
 import torch
@@ -264,3 +265,28 @@ def test_the_stop_rule_sees_the_keys_the_step_records(drafter):
     ps = prompts((5, 9, 14), seed=5)
     out = dec.generate(ps, max_new_tokens=24, batch_size=3)
     assert out.sequences == reference(model, ps, 24) and len(checked) > 10 and max(checked) >= 2
+
+
+@pytest.mark.parametrize("drafter", ["early-exit", "own-cache"])
+def test_control_seconds_counts_what_the_controller_does_with_timings(drafter):
+    # observe_target / observe_draft run right after their forwards (and a prefill's), outside plan and record:
+    # each is made to take 2 ms here, and every one of them must show in control_seconds
+    model = late_layers_silent(deep_target("llama"), 2)
+    draft = EarlyExitDrafter(model, 2) if drafter == "early-exit" else separate_copy(model, 2)
+    dec = SpeculativeDecoder(model, draft, num_draft_tokens=3)
+    ctrl, calls = dec.controller, []
+
+    def slow(observe):
+        def observed(tokens, seconds):
+            calls.append(tokens)
+            end = time.perf_counter() + 0.002
+            while time.perf_counter() < end:
+                pass
+            return observe(tokens, seconds)
+        return observed
+
+    ctrl.observe_target, ctrl.observe_draft = slow(ctrl.observe_target), slow(ctrl.observe_draft)
+    ps = prompts((5, 9), seed=3)
+    out = dec.generate(ps, max_new_tokens=12, batch_size=2)
+    assert out.sequences == reference(model, ps, 12)
+    assert len(calls) > out.stats["steps"] and out.stats["control_seconds"] >= 0.002 * len(calls)
