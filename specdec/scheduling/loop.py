@@ -110,7 +110,7 @@ class DecodeLoop:
     def _counted(self, sink):
         """sink(tokens, seconds), with its own time added to control_seconds. A timing lands right after its
         forward, when the controller's tables are cold: on the demo pair, 2 of its 7 calls a step and a quarter
-        of its time (left out before 2026-12-05, the share read 1.0-1.1% where it was 1.3-1.4%)."""
+        of its time (left out before 2026-12-05, the demo table read 1.0-1.1% for what is 1.2-1.5%)."""
         def counted(tokens: int, seconds: float) -> None:
             t = time.perf_counter()
             sink(tokens, seconds)
