@@ -141,8 +141,8 @@ class AcceptanceTable:
     which borrows from the root prior. Evidence fades by `decay` per step that verified drafts, so the table
     follows a drafter whose luck changes (a new topic, a batch of different prompts) within a few hundred steps,
     and by decay ** PLAIN_FADE (specdec.scheduling.control) per plain step. Slower there because a plain step
-    brings no evidence: at the full rate, a drafter that rarely lands would fade back to the optimistic root prior within a hundred plain steps
-    and be tried again and again. tests/test_control.py's scripts, at batch 1: 20 exploration steps in 600 at 3%
+    brings no evidence: at the full rate, a drafter that rarely lands would fade back to the optimistic root
+    prior within a hundred plain steps and be tried again and again. tests/test_control.py's scripts, at batch 1: 20 exploration steps in 600 at 3%
     acceptance with the full rate, 5 with 0.3; and a change to cheap verification and landing drafts after 300
     such steps is found 116 steps later (308 with the full rate, whose budget was spent; never with 0.1)."""
 
