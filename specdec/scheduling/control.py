@@ -648,10 +648,10 @@ class SpeculationController:
     def _drafting_memo(self, plan: Plan, ahead: list, position_keys) -> list:
         """keep_drafting's stand for a step: [plan, table version, position keys, row factors, per row the
         position priors q of the drafts ahead (with its factor), token worth, the plan's rate, (drafts counted,
-        P per row, their keys), the position keys as passed, the target's estimated cost at width d + 1 by d]. The target's
-        costs do not change while a step drafts (only its own forward is timed then). What plan priced is
-        reused where the table has not changed since and every row offered the drafts ahead (a draft model's
-        position keys): the same numbers, computed once a step instead of twice."""
+        P per row, their keys), the position keys as passed, the target's estimated cost at width d + 1 by d].
+        The target's costs do not change while a step drafts (only its own forward is timed then). What plan
+        priced is reused where the table has not changed since and every row offered the drafts ahead (a draft
+        model's position keys): the same numbers, computed once a step instead of twice."""
         batch, k = len(plan.rows), self.k
         priced = plan.priced
         factors = ahead_probs = None

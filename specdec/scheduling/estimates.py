@@ -142,9 +142,10 @@ class AcceptanceTable:
     follows a drafter whose luck changes (a new topic, a batch of different prompts) within a few hundred steps,
     and by decay ** PLAIN_FADE (specdec.scheduling.control) per plain step. Slower there because a plain step
     brings no evidence: at the full rate, a drafter that rarely lands would fade back to the optimistic root
-    prior within a hundred plain steps and be tried again and again. tests/test_control.py's scripts, at batch 1: 20 exploration steps in 600 at 3%
-    acceptance with the full rate, 5 with 0.3; and a change to cheap verification and landing drafts after 300
-    such steps is found 116 steps later (308 with the full rate, whose budget was spent; never with 0.1)."""
+    prior within a hundred plain steps and be tried again and again. tests/test_control.py's scripts, at batch
+    1: 20 exploration steps in 600 at 3% acceptance with the full rate, 5 with 0.3; and a change to cheap
+    verification and landing drafts after 300 such steps is found 116 steps later (308 with the full rate, whose
+    budget was spent; never with 0.1)."""
 
     def __init__(self, root: float = 0.5, strength: float = 2.0, decay: float = 0.99):
         self.root = root
@@ -159,7 +160,6 @@ class AcceptanceTable:
         # rate() until the next observation or tick (plan, keep_drafting and record ask for the same few keys
         # many times a step, and read it before calling rate: a hit then costs no call). Cleared, never rebound.
         self.rates: dict[tuple, float] = {}
-        self._rates = self.rates
         self.version = 0  # +1 whenever a rate may change (an observation, a tick): for callers' own caches
         self.accepted = 0  # accepted drafts observed: a rate may have risen
         self.verdicts = 0  # drafts observed, accepted or not (never faded)
@@ -171,14 +171,14 @@ class AcceptanceTable:
     @now.setter
     def now(self, value: float) -> None:
         self._now = value
-        self._rates.clear()
+        self.rates.clear()
         self._hopes.clear()
         self.version += 1
 
     def tick(self, steps: float) -> None:
         """Age the evidence by `steps` verified steps (the `now` setter, without a property's extra call)."""
         self._now += steps
-        self._rates.clear()
+        self.rates.clear()
         self._hopes.clear()
         self.version += 1
 
@@ -191,14 +191,14 @@ class AcceptanceTable:
         return c
 
     def rate(self, key: tuple) -> float:
-        p = self._rates.get(key)
+        p = self.rates.get(key)
         if p is not None:
             return p
         # The posterior of key's parent, then key's own counts on top: the walk from the root prior down the
         # prefixes that have counts, one level at a time, each level's answer cached. A draft model's binned key
         # ("model", i, bin) then costs one level once plan has priced its position ("model", i).
         if len(key) > 1:
-            p = self._rates.get(key[:-1])
+            p = self.rates.get(key[:-1])
             if p is None:
                 p = self.rate(key[:-1])
         else:
@@ -212,7 +212,7 @@ class AcceptanceTable:
                 c[1] *= f
                 c[2] = now
             p = (c[0] + self.strength * p) / (c[1] + self.strength)
-        self._rates[key] = p
+        self.rates[key] = p
         return p
 
     def hope(self, key: tuple) -> float:
@@ -247,7 +247,7 @@ class AcceptanceTable:
         (record's hot path: one call a step)."""
         if not any(n > 0 for n in reached):
             return
-        self._rates.clear()
+        self.rates.clear()
         self._hopes.clear()
         self.version += 1
         counts, chains, now, decay = self.counts, self._chains, self._now, self.decay

@@ -85,9 +85,9 @@ class DecodeLoop:
         self.clock = ForwardClock(self.device)
         # Forward timings and draft confidences feed decisions only: fixed K (a disabled controller) skips both
         self.adaptive = controller is not None and controller.enabled
-        if self.adaptive:  # what the controller does with a timing is its own time too (control_seconds)
-            self._observe_target = self._counted(controller.observe_target)
-            observe_draft = self._counted(controller.observe_draft)
+        # what the controller does with a timing is its own time too (control_seconds)
+        self._observe_target = self._counted(controller.observe_target) if self.adaptive else None
+        observe_draft = self._counted(controller.observe_draft) if self.adaptive else None
         if hasattr(drafter, "timed"):
             drafter.timed = (lambda tokens: self.clock.measure(tokens, observe_draft)) if self.adaptive else None
         if hasattr(drafter, "prefill_timer"):
