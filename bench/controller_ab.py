@@ -31,15 +31,15 @@ from specdec.drafting.ngram import NgramDrafter
 from specdec.models.demo import DRAFT_LAYERS, build_default_pair
 
 
-def controller_at(rev: str) -> type:
-    """SpeculationController as specdec/scheduling/control.py defines it at git revision `rev`. It is loaded as a
-    module of the current specdec.scheduling package, so its relative imports resolve to today's modules."""
+def _module_at(rev: str, path: str, name: str, source_edit=None):
+    """specdec/scheduling/<path> as git revision `rev` holds it, loaded as module `name` of today's package."""
     try:
-        source = subprocess.run(["git", "show", f"{rev}:specdec/scheduling/control.py"], check=True,
+        source = subprocess.run(["git", "show", f"{rev}:specdec/scheduling/{path}"], check=True,
                                 capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout
     except subprocess.CalledProcessError as e:
         raise ValueError(f"rev {rev!r}: git show failed: {e.stderr.strip()}") from None
-    name = "specdec.scheduling._control_at_" + "".join(c if c.isalnum() else "_" for c in rev)
+    if source_edit is not None:
+        source = source_edit(source)
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(source)
     try:
@@ -49,7 +49,23 @@ def controller_at(rev: str) -> type:
         spec.loader.exec_module(module)
     finally:
         os.unlink(f.name)
-    return module.SpeculationController
+    return module
+
+
+def controller_at(rev: str) -> type:
+    """SpeculationController as specdec/scheduling/control.py defines it at git revision `rev`, over the cost and
+    acceptance tables of that revision's estimates.py (a change to either is what an A/B compares). Both are
+    loaded as modules of the current specdec.scheduling package; the controller's import of its estimates is
+    pointed at the revision's copy."""
+    tag = "".join(c if c.isalnum() else "_" for c in rev)
+
+    def own_estimates(source: str) -> str:
+        if "from .estimates import" not in source:  # older revisions kept their tables in control.py
+            return source
+        _module_at(rev, "estimates.py", "specdec.scheduling._estimates_at_" + tag)
+        return source.replace("from .estimates import", f"from ._estimates_at_{tag} import")
+
+    return _module_at(rev, "control.py", "specdec.scheduling._control_at_" + tag, own_estimates).SpeculationController
 
 
 def measure(target, make_drafter, ids, batch_size: int, old_controller: type, *, repeats: int, max_new: int,

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from specdec.scheduling.estimates import KEPT_SAMPLES
 from specdec.scheduling.control import REST_STEPS, AcceptanceTable, ForwardCosts, SpeculationController, _clamp
 
 K = 4
@@ -337,21 +338,31 @@ def test_costs_interpolate_and_resist_outliers():
     assert costs.optimistic(3) == 1.0
     assert costs.estimate(20) == pytest.approx(2.0 * 4)  # linear beyond the largest measured
     costs.observe(1, 1.2)
-    costs.observe(1, 1000.0)  # one stall among three samples: the median ignores it
-    assert costs.estimate(1) == 1.2
+    costs.observe(1, 1000.0)  # a stall, and a slower sample: the least of the kept samples ignores both
+    assert costs.estimate(1) == 1.0
     costs.observe(1, 0.1, step=500)  # re-measured long after: believed at once
     assert costs.estimate(1) == 0.1
+    costs.observe(1, 5.0, step=1000)  # dearer, and the cheap sample is past `fresh`: believed at once too
+    assert costs.estimate(1) == 5.0
 
 
 @pytest.mark.parametrize("samples", [(3.0,), (3.0, 1.0), (1.0, 2.0, 3.0), (3.0, 1.0, 2.0), (2.0, 3.0, 1.0),
-                                     (1.0, 3.0, 2.0), (2.0, 2.0, 1.0)], ids=lambda v: "-".join(map(str, v)))
-def test_a_cost_is_the_median_of_its_kept_samples(samples):
+                                     (1.0, 3.0, 2.0), (2.0, 2.0, 1.0), (1.0, 5.0, 4.0, 3.0, 2.0, 6.0),
+                                     (0.5, 4.0, 3.0, 2.0, 6.0, 7.0, 8.0)], ids=lambda v: "-".join(map(str, v)))
+def test_a_cost_is_the_least_of_its_last_kept_samples(samples):
     costs = ForwardCosts()
     for step, v in enumerate(samples):
         costs.observe(2, v, step=step)
-    ordered = sorted(samples)
-    mid = len(ordered) // 2
-    assert costs.estimate(2) == (ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2)
+    assert costs.estimate(2) == min(samples[-KEPT_SAMPLES:])
+
+
+def test_a_cost_forgets_samples_older_than_fresh():
+    costs = ForwardCosts(fresh=10)
+    costs.observe(2, 1.0, step=0)
+    costs.observe(2, 3.0, step=10)  # the first sample is still within `fresh`
+    assert costs.estimate(2) == 1.0
+    costs.observe(2, 4.0, step=11)  # now it is not: the least of the fresh ones
+    assert costs.estimate(2) == 3.0
 
 
 def test_acceptance_shrinks_to_parents_and_fades():
@@ -387,9 +398,9 @@ def test_a_new_cost_bounds_older_costs_of_its_neighbours(monotone):
         assert [costs.estimate(n) for n in (2, 3, 4, 6)] == [1.0, 1.0, 2.5, 2.5]
     else:
         assert [costs.estimate(n) for n in (2, 3, 4, 6)] == [3.0, 1.0, 2.5, 2.0]
-    costs.observe(2, 1.5, step=4)  # re-measured: its own samples' median (1.5, 3.0) and a new bound on N = 3
-    assert costs.estimate(2) == 2.25
-    assert costs.estimate(3) == (2.25 if monotone else 1.0)
+    costs.observe(2, 1.5, step=4)  # re-measured: the least of its own samples (1.5, 3.0), a new bound on N = 3
+    assert costs.estimate(2) == 1.5
+    assert costs.estimate(3) == (1.5 if monotone else 1.0)
     assert costs.age(3, 4) == 1  # a bounded cost keeps its own age: it is still explored when stale
 
 

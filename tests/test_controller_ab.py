@@ -25,6 +25,8 @@ def test_a_revisions_controller_runs_beside_todays(tiny_folder):
     bench = _bench()
     old = bench.controller_at("HEAD")
     assert old is not SpeculationController and old.__module__.startswith("specdec.scheduling._control_at_")
+    # the revision's own cost and acceptance tables, not today's (an A/B of an estimates change compares them)
+    assert type(old(4).target_costs).__module__.startswith("specdec.scheduling._estimates_at_")
     model, _ = load_causal_lm(tiny_folder)
     torch.manual_seed(0)
     rows = bench.measure(model, NgramDrafter, [[3, 4, 3, 4, 3, 4], [5, 6, 5, 6], [7, 8, 9]], 2, old,

@@ -12,14 +12,22 @@ STALE_DISCOUNT = 0.8
 # How far above its posterior mean a draft's acceptance is hoped when exploring, in posterior standard deviations
 # (AcceptanceTable.hope).
 HOPE_SIGMAS = 1.0
+# How many recent samples a measured cost keeps (ForwardCosts.observe): it answers their least.
+KEPT_SAMPLES = 5
 
 
 class ForwardCosts:
     """Seconds of one forward pass of a model, by the number of query tokens N it carries (rows x new columns).
 
-    Each measured N keeps its last three samples and answers their median, so one stall on a shared machine
-    does not swing a decision; samples older than `fresh` steps are dropped when a new one arrives, so a cost
-    that changed (longer contexts, another load on the machine) is believed at once when it is re-measured.
+    Each measured N keeps its last KEPT_SAMPLES samples within `fresh` steps and answers the least of them. Noise
+    on a shared machine only ever adds time (a stall, a slow spell of the other core), so the least recent sample
+    is the forward's own cost, and every width is judged by the same statistic. A median let slow spells lock
+    the controller out: traced on the demo pair's early exit at batch 1, the draft forward (1.6-1.9 ms) was
+    believed at 4.4 ms after three samples in a slow spell, and widths 3-5 at 10.7 ms (8 ms measured before
+    and after), while plain decoding, measured every plain step, was priced at its fast pace: plain for 17
+    steps until those costs turned stale. Samples older than `fresh` steps are dropped when a new one arrives,
+    so a cost that rose (longer contexts, another load on the machine) is believed within `fresh` steps of
+    being re-measured, and one that fell at once.
     Unmeasured N are interpolated linearly between measured neighbours and extrapolated beyond the largest
     measured N as cost(N_max) * (N / N_max) ** growth (linear by default: a prefill-sized catch-up costs about
     its tokens on a CPU; pessimism there only makes exploring rarer). `prior(N)` answers when nothing is measured.
@@ -47,23 +55,20 @@ class ForwardCosts:
         if tokens < 1 or not seconds > 0 or not math.isfinite(seconds):
             return
         old, fresh = self.samples.get(tokens), self.fresh
-        kept = []  # the last two samples within `fresh` steps, then this one (a loop: no comprehension's call)
+        kept = []  # the last KEPT_SAMPLES - 1 samples within `fresh` steps, then this one (a loop: no call)
+        low = seconds
         if old:
             for s in old:
                 if step - s[0] <= fresh:
                     kept.append(s)
-            del kept[:-2]
+            del kept[:1 - KEPT_SAMPLES]
+            for s in kept:
+                if s[1] < low:
+                    low = s[1]
         kept.append((step, seconds))
         self.samples[tokens] = kept
-        if len(kept) == 1:  # the median of the kept samples, spelled out for one, two and three
-            median = seconds
-        elif len(kept) == 2:
-            median = (kept[0][1] + seconds) / 2
-        else:
-            a, b = kept[0][1], kept[1][1]
-            median = max(min(a, b), min(max(a, b), seconds))
         seconds = self.seconds
-        seconds[tokens] = median
+        seconds[tokens] = low
         if tokens not in self.last_seen:
             self._sorted = sorted(seconds)
         self.last_seen[tokens] = step
@@ -71,12 +76,12 @@ class ForwardCosts:
             known = self._sorted
             i = bisect.bisect_left(known, tokens)
             j = i - 1  # index loops, not slices: observe runs for every forward
-            while j >= 0 and seconds[known[j]] > median:
-                seconds[known[j]] = median
+            while j >= 0 and seconds[known[j]] > low:
+                seconds[known[j]] = low
                 j -= 1
             j, end = i + 1, len(known)
-            while j < end and seconds[known[j]] < median:
-                seconds[known[j]] = median
+            while j < end and seconds[known[j]] < low:
+                seconds[known[j]] = low
                 j += 1
 
     def known(self, tokens: int) -> bool:
