@@ -31,15 +31,17 @@ from specdec.drafting.ngram import NgramDrafter
 from specdec.models.demo import DRAFT_LAYERS, build_default_pair
 
 
-def _module_at(rev: str, path: str, name: str, source_edit=None):
-    """specdec/scheduling/<path> as git revision `rev` holds it, loaded as module `name` of today's package."""
+def _source_at(rev: str, path: str) -> str:
+    """specdec/scheduling/<path> as git revision `rev` holds it."""
     try:
-        source = subprocess.run(["git", "show", f"{rev}:specdec/scheduling/{path}"], check=True,
-                                capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout
+        return subprocess.run(["git", "show", f"{rev}:specdec/scheduling/{path}"], check=True,
+                              capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout
     except subprocess.CalledProcessError as e:
         raise ValueError(f"rev {rev!r}: git show failed: {e.stderr.strip()}") from None
-    if source_edit is not None:
-        source = source_edit(source)
+
+
+def _load(name: str, source: str):
+    """`source` loaded as module `name` (a module of today's specdec.scheduling package)."""
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(source)
     try:
@@ -58,14 +60,11 @@ def controller_at(rev: str) -> type:
     loaded as modules of the current specdec.scheduling package; the controller's import of its estimates is
     pointed at the revision's copy."""
     tag = "".join(c if c.isalnum() else "_" for c in rev)
-
-    def own_estimates(source: str) -> str:
-        if "from .estimates import" not in source:  # older revisions kept their tables in control.py
-            return source
-        _module_at(rev, "estimates.py", "specdec.scheduling._estimates_at_" + tag)
-        return source.replace("from .estimates import", f"from ._estimates_at_{tag} import")
-
-    return _module_at(rev, "control.py", "specdec.scheduling._control_at_" + tag, own_estimates).SpeculationController
+    control = _source_at(rev, "control.py")
+    if "from .estimates import" in control:  # older revisions kept their tables in control.py
+        _load(f"specdec.scheduling._estimates_at_{tag}", _source_at(rev, "estimates.py"))
+        control = control.replace("from .estimates import", f"from ._estimates_at_{tag} import")
+    return _load(f"specdec.scheduling._control_at_{tag}", control).SpeculationController
 
 
 def measure(target, make_drafter, ids, batch_size: int, old_controller: type, *, repeats: int, max_new: int,

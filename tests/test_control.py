@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from specdec.scheduling.estimates import KEPT_SAMPLES
 from specdec.scheduling.control import REST_STEPS, AcceptanceTable, ForwardCosts, SpeculationController, _clamp
+from specdec.scheduling.estimates import KEPT_SAMPLES
 
 K = 4
 

@@ -20,8 +20,8 @@ class ForwardCosts:
     """Seconds of one forward pass of a model, by the number of query tokens N it carries (rows x new columns).
 
     Each measured N keeps its last KEPT_SAMPLES samples within `fresh` steps and answers the least of them. Noise
-    on a shared machine only ever adds time (a stall, a slow spell of the other core), so the least recent sample
-    is the forward's own cost, and every width is judged by the same statistic. A median let slow spells lock
+    on a shared machine only ever adds time (a stall, a slow spell of the other core), so the fastest of the
+    recent samples is the forward's own cost, and every width is judged by the same statistic. A median let slow spells lock
     the controller out: traced on the demo pair's early exit at batch 1, the draft forward (1.6-1.9 ms) was
     believed at 4.4 ms after three samples in a slow spell, and widths 3-5 at 10.7 ms (8 ms measured before
     and after), while plain decoding, measured every plain step, was priced at its fast pace: plain for 17
