@@ -29,6 +29,18 @@ import torch
 from ..kv.batch import StepBatch
 from .base import Keys, Proposal
 
+_KEY_LISTS: dict[tuple[int, int, int], list[tuple]] = {}
+
+
+def ngram_keys(n: int, count: int, base: int = 0) -> list[tuple]:
+    """[("ngram", n, base + 1), ..., ("ngram", n, base + count)]: one shared list per (n, count, base), which no
+    caller mutates. Offers repeat the same few every step; shared, the controller prices a list once per step
+    (it memoises by list identity) and a standing plain step recognises an unchanged offer by identity."""
+    keys = _KEY_LISTS.get((n, count, base))
+    if keys is None:
+        keys = _KEY_LISTS[(n, count, base)] = [("ngram", n, base + i + 1) for i in range(count)]
+    return keys
+
 
 class NgramIndex:
     """The token history of one sequence with, for every n-gram size, where the latest occurrence of each
@@ -94,12 +106,13 @@ class NgramDrafter:
         return 0
 
     def offer(self, batch: StepBatch, k: int) -> Keys:
-        keys = []
+        keys, seqs, offered = [], self.seqs, self._offered
+        step = self._step_offer if self.hindsight else None
         for s in batch.seqs:
-            tokens, n = self._offered[s] = self.seqs[s].match(k)
-            if self.hindsight:
-                self._step_offer[s] = (tokens, n)
-            keys.append([("ngram", n, i + 1) for i in range(len(tokens))])
+            found = offered[s] = seqs[s].match(k)
+            if step is not None:
+                step[s] = found
+            keys.append(ngram_keys(found[1], len(found[0])))
         return keys
 
     def propose(self, batch: StepBatch, k: int, sampling=None, generator=None, stop=None) -> Proposal:
@@ -110,7 +123,7 @@ class NgramDrafter:
             if proposal:
                 tokens[b, :len(proposal[:k])] = torch.tensor(proposal[:k], dtype=torch.int64)
         counts = [len(t[:k]) for t, _ in found]
-        keys = [[("ngram", n, i + 1) for i in range(c)] for (_, n), c in zip(found, counts)]
+        keys = [ngram_keys(n, c) for (_, n), c in zip(found, counts)]
         return Proposal(tokens.to(batch.last.device, non_blocking=True), None, counts, keys)
 
     def commit(self, batch: StepBatch, proposal: Proposal | None, emitted: list[list[int]]) -> list[int] | None:
@@ -121,22 +134,30 @@ class NgramDrafter:
         return None
 
     def _judge(self, seqs: list[int], verified: list[int], emitted: list[list[int]]) -> None:
+        opened, step = self._open, self._step_offer
         for s, c, out in zip(seqs, verified, emitted):
-            pending = self._open.get(s, [])
-            for shadow in pending:
-                self._match(s, shadow, out)
-            offered = self._step_offer.pop(s, None)
+            pending = opened.get(s)
+            closed = False
+            if pending is not None:
+                for shadow in pending:
+                    self._match(s, shadow, out)
+                    closed |= shadow[3] is None
+            offered = step.pop(s, None)
             # every verified draft accepted (always so after a plain step): out[c] is the target's token where
             # the first unverified draft stood
             if offered is not None and len(offered[0]) > c and len(out) == c + 1:
                 shadow = [offered[0][c:], offered[1], c, 0]
                 self._match(s, shadow, out[c:])
-                pending.append(shadow)
-            pending = [sh for sh in pending if sh[3] is not None]
-            if pending:
-                self._open[s] = pending
-            else:
-                self._open.pop(s, None)
+                if shadow[3] is not None:
+                    if pending is None:
+                        pending = opened[s] = []
+                    pending.append(shadow)
+            if closed:
+                pending = [sh for sh in pending if sh[3] is not None]
+                if pending:
+                    opened[s] = pending
+                else:
+                    del opened[s]
 
     def _match(self, seq: int, shadow: list, tokens: list[int]) -> None:
         """Advance an open judgement over the tokens that followed; once decided, queue it and mark it closed."""
@@ -148,7 +169,7 @@ class NgramDrafter:
             matched += hit
             if not hit or matched == len(drafts):  # decided: a miss (its draft was reached too), or all matched
                 reached = matched + (not hit)
-                self._judged.append((seq, [("ngram", n, base + i + 1) for i in range(reached)], matched))
+                self._judged.append((seq, ngram_keys(n, reached, base), matched))
                 shadow[3] = None
                 return
         shadow[3] = matched

@@ -500,7 +500,8 @@ class SpeculationController:
                                                                              worth, may_explore)
         until = self._rest_until(batch, range(2, (self.k if slack else top) + 2), may_explore,
                                  self.clock + REST_STEPS)
-        return until, list(rows), [list(k[:self.k]) for k in keys], slack, self.acceptance.accepted
+        # the offers as passed (no caller mutates them; _resting recognises a shared list by identity)
+        return until, list(rows), [k if len(k) <= self.k else k[:self.k] for k in keys], slack, self.acceptance.accepted
 
     def _rest_until(self, batch: int, widths, may_explore: bool, until: int) -> int:
         """The clock a rest ends at, at most `until`: sooner where a fresh cost of one of these widths
@@ -552,7 +553,7 @@ class SpeculationController:
         extra = None
         for b, (k, p) in enumerate(zip(keys, priced)):
             n = min(len(k), self.k)
-            if n and (n > len(p) or list(k[:n]) != p[:n]):
+            if n and k is not p and (n > len(p) or list(k[:n]) != p[:n]):  # shared key lists: the same offer
                 if slack is None or self.acceptance.accepted != accepted:
                     self._rest = None
                     return False
@@ -739,15 +740,19 @@ class SpeculationController:
         emitted are used, so what later steps draft stays independent of their own verdicts."""
         if not self.enabled or not outcomes:
             return
-        expected = [sum(self.probs(row, keys)) for row, keys, _ in outcomes]
-        for (row, keys, a), e in zip(outcomes, expected):
-            rec = self.rows.get(row)
+        expected = [sum(self.probs(row, keys)) for row, keys, _ in outcomes]  # all before any is learned
+        keys, reached, accepted, records = [], [], [], self.rows
+        for (row, k, a), e in zip(outcomes, expected):
+            rec = records.get(row)
             if rec is None:
-                rec = self.rows[row] = RowRecord()
+                rec = records[row] = RowRecord()
             rec.accepted += a
             rec.expected += e
-            self.acceptance.observe_row(keys, len(keys), a)
-        self.judged_drafts += sum(len(keys) for _, keys, _ in outcomes)
+            keys.append(k)
+            reached.append(len(k))
+            accepted.append(a)
+        self.acceptance.observe_rows(keys, reached, accepted)
+        self.judged_drafts += sum(reached)
 
     def begin_run(self) -> None:
         """A new generate() call: its sequence ids are new, and its stats start at zero. What was learned about
