@@ -85,9 +85,9 @@ class DecodeLoop:
         self.clock = ForwardClock(self.device)
         # Forward timings and draft confidences feed decisions only: fixed K (a disabled controller) skips both
         self.adaptive = controller is not None and controller.enabled
-        # what the controller does with a timing is its own time too (control_seconds)
-        self._observe_target = self._counted(controller.observe_target) if self.adaptive else None
-        observe_draft = self._counted(controller.observe_draft) if self.adaptive else None
+        # the timings reach the controller in collect_timings, which counts what it does with them
+        self._observe_target = controller.observe_target if self.adaptive else None
+        observe_draft = controller.observe_draft if self.adaptive else None
         if hasattr(drafter, "timed"):
             drafter.timed = (lambda tokens: self.clock.measure(tokens, observe_draft)) if self.adaptive else None
         if hasattr(drafter, "prefill_timer"):
@@ -105,17 +105,17 @@ class DecodeLoop:
         self.accept_hist = [0] * (k + 1)
         self.cuts = {"eos": 0, "max_new_tokens": 0}
         self.control_seconds = 0.0
+        # a draft's feature before it is drafted; one list for the run (keep_drafting recognises it by identity)
+        self.position_keys = [("model", i) for i in range(1, k + 1)]
         self._fed = self._drafter_counters()  # the drafter outlives this run: report this run's share
 
-    def _counted(self, sink):
-        """sink(tokens, seconds), with its own time added to control_seconds. A timing lands right after its
-        forward, when the controller's tables are cold: on the demo pair, 2 of its 7 calls a step and a quarter
-        of its time (left out before 2026-12-05, the demo table read 1.0-1.1% for what is 1.2-1.5%)."""
-        def counted(tokens: int, seconds: float) -> None:
-            t = time.perf_counter()
-            sink(tokens, seconds)
-            self.control_seconds += time.perf_counter() - t
-        return counted
+    def collect_timings(self) -> None:
+        """Hand the forwards timed since the last call to the controller (ForwardClock.collect), its own time
+        counted in control_seconds (left out before 2026-12-05, the demo table read 1.0-1.1% for what was
+        1.2-1.5%)."""
+        t = time.perf_counter()
+        self.clock.collect()
+        self.control_seconds += time.perf_counter() - t
 
     def _drafter_counters(self) -> tuple[int, int]:
         return (getattr(self.drafter, "catch_up_columns", 0), getattr(self.drafter, "resumed_columns", 0))
@@ -171,7 +171,7 @@ class DecodeLoop:
         if plan.plain:
             return plan, None
         early = getattr(self.drafter, "early_stop", False) and self.adaptive
-        position_keys = [("model", i) for i in range(1, self.k + 1)]
+        position_keys = self.position_keys
 
         def stop(drafted, keys_so_far):
             t0 = time.perf_counter()
@@ -242,7 +242,8 @@ class DecodeLoop:
         else:  # rank 0's outcome on every rank, read in the same readback; its drafts come along to be checked
             host, last = self.ranks.agree_outcome(torch.cat(packed, dim=1),
                                                   None if proposal is None else proposal.tokens)
-        self.clock.collect()
+        if self.adaptive:
+            self.collect_timings()
         width = tokens.shape[1]
         accepted_host = [row[0] for row in host]
         emitted = [row[1:2 + a] for row, a in zip(host, accepted_host)]
@@ -344,6 +345,8 @@ class DecodeLoop:
                 if self.adaptive else contextlib.nullcontext()
             with self.timer.within("prefill"), timed:
                 first = self.source.admit(take, prompts, self.admission_tokens).tolist()
+            if self.adaptive:  # before the next step's plan: a prefill is not that step's forward
+                self.collect_timings()
             self.live.update(take)
             for seq, prompt, t in zip(take, prompts, first):
                 if self.drafter is not None:
