@@ -195,6 +195,23 @@ def test_cheap_draft_model_is_used_and_stops_early_on_low_confidence():
     assert ctrl.keep_drafting(plan, 1, [[("model", 1)]] * 2, position_keys)
 
 
+@pytest.mark.parametrize("explore", [True, False], ids=["exploring", "believed"])
+def test_an_exploration_drafts_to_the_width_it_chose(explore):
+    # Low-confidence drafts never land: the believed costs say stop after one. An exploration of width 4 still
+    # drafts 3, so the width it chose is what gets measured; a plan that is not exploring stops.
+    ctrl = SpeculationController(K, draft_cost_ratio=0.05)
+    model_keys = lambda batch: [[("model", i) for i in range(1, K + 1)]] * batch  # noqa: E731
+    simulate(ctrl, 100, cheap, lambda b, i: 0.9, batch=2, keys=model_keys)
+    plan = ctrl.plan([0, 1], model_keys(2))
+    for _ in range(200):
+        ctrl.acceptance.observe(("model", 1, "low"), False)
+    plan.width, plan.explore = 4, explore
+    position_keys = [("model", i) for i in range(1, K + 1)]
+    drafted = [("model", 1, "low"), ("model", 2, "low"), ("model", 3, "low")]
+    answers = [ctrl.keep_drafting(plan, d, [drafted[:d]] * 2, position_keys) for d in (1, 2, 3)]
+    assert answers == ([True, True, False] if explore else [False, False, False])
+
+
 def test_keep_drafting_follows_what_the_table_learns_between_calls_of_one_step():
     # keep_drafting keeps the step's row factors and position priors between calls: a change of the table
     # must still reach the next call with the same plan
@@ -388,20 +405,40 @@ def test_stale_costs_grow_cheaper_with_age_down_to_the_smaller_forward():
 
 
 @pytest.mark.parametrize("monotone", [True, False], ids=["monotone", "raw"])
-def test_a_new_cost_bounds_older_costs_of_its_neighbours(monotone):
-    costs = ForwardCosts(monotone=monotone)
+def test_a_fresh_cost_caps_the_smaller_forwards_and_never_raises_a_larger_one(monotone):
+    costs = ForwardCosts(monotone=monotone, fresh=10)
     costs.observe(2, 3.0, step=0)  # a slow spell
     costs.observe(6, 2.0, step=1)
     costs.observe(4, 2.5, step=2)
-    costs.observe(3, 1.0, step=3)  # the newest: fewer tokens cost no more, more tokens no less
+    costs.observe(3, 1.0, step=3)  # fewer tokens cost no more: N = 2 is capped; N = 4 and 6 keep their own
     if monotone:
-        assert [costs.estimate(n) for n in (2, 3, 4, 6)] == [1.0, 1.0, 2.5, 2.5]
+        assert [costs.estimate(n) for n in (2, 3, 4, 6)] == [1.0, 1.0, 2.0, 2.0]
     else:
         assert [costs.estimate(n) for n in (2, 3, 4, 6)] == [3.0, 1.0, 2.5, 2.0]
-    costs.observe(2, 1.5, step=4)  # re-measured: the least of its own samples (1.5, 3.0), a new bound on N = 3
-    assert costs.estimate(2) == 1.5
-    assert costs.estimate(3) == (1.5 if monotone else 1.0)
-    assert costs.age(3, 4) == 1  # a bounded cost keeps its own age: it is still explored when stale
+    costs.observe(2, 1.5, step=4)  # re-measured: the least of its own samples (1.5, 3.0), still capped by N = 3
+    assert costs.estimate(2) == (1.0 if monotone else 1.5)
+    assert costs.estimate(3) == 1.0
+    assert costs.age(3, 4) == 1  # a capped cost keeps its own age: it is still explored when stale
+    costs.observe(2, 1.4, step=20)  # the caps are 17 steps old and 10 is fresh: they bound nothing now
+    assert [costs.estimate(n) for n in (2, 3, 4, 6)] == [1.4, 1.0, 2.5, 2.0]
+    costs.observe(6, 0.5, step=21)  # a fresh cheap wide forward caps every narrower one
+    assert [costs.estimate(n) for n in (2, 3, 4, 6)] == ([0.5] * 4 if monotone else [1.4, 1.0, 2.5, 0.5])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_monotone_costs_answer_the_suffix_minimum_of_their_own(seed):
+    # Between full recomputations a new cost only walks its caps down: on random samples (every one fresh) the
+    # answers must still be, for each N, the least own cost at N or above, and own the least of N's kept samples.
+    rng = random.Random(seed)
+    costs, raw = ForwardCosts(monotone=True, fresh=10 ** 6), {}
+    for step in range(400):
+        n = rng.choice([1, 2, 3, 4, 5, 8, 10, 15, 40, 120])
+        v = rng.uniform(0.5, 2.0) * n ** 0.5
+        costs.observe(n, v, step=step)
+        raw.setdefault(n, []).append(v)
+        own = {m: min(vs[-KEPT_SAMPLES:]) for m, vs in raw.items()}
+        want = {m: min(c for k, c in own.items() if k >= m) for m in own}
+        assert {m: costs.estimate(m) for m in own} == want, step
 
 
 @pytest.mark.parametrize("monotone", [True, False], ids=["monotone", "raw"])

@@ -595,6 +595,11 @@ class SpeculationController:
             return drafted < plan.width - 1
         if drafted >= self.k:
             return False
+        if plan.explore and drafted < plan.width - 1:
+            # An exploration measures the width it chose: cut short by the believed costs that made that width
+            # look dear, it would re-measure a narrower one (traced on the demo pair's early exit at batch 1,
+            # English: width 5 explored, never verified in 300 steps).
+            return True
         batch = len(plan.rows)
         # Row b's expected tokens grow by P_b * G_b(m) with m more drafts: P_b, the chance its drafts so far all
         # land (their own keys), times G_b(m) = sum_{i<=m} prod_{j<=i} q_b[drafted + j], the position priors of

@@ -14,6 +14,9 @@ STALE_DISCOUNT = 0.8
 HOPE_SIGMAS = 1.0
 # How many recent samples a measured cost keeps (ForwardCosts.observe): it answers their least.
 KEPT_SAMPLES = 5
+# How many steps a monotone ForwardCosts goes between full recomputations of its caps (a cap by a cost that has
+# turned stale since is dropped then): between them a new cost only lowers caps, walking down from its N.
+CAP_REFRESH = 8
 
 
 class ForwardCosts:
@@ -33,12 +36,15 @@ class ForwardCosts:
     its tokens on a CPU; pessimism there only makes exploring rarer). `prior(N)` answers when nothing is measured.
 
     monotone: a forward over more query tokens never costs less (true of BLAS blocking on a CPU and of tiles on a
-    GPU, up to noise), so a new measurement also bounds its measured neighbours: older costs at smaller N are
-    capped at it and older costs at larger N raised to it (each until one already agrees: the table stays
-    non-decreasing in N). The newest measurement wins because the machine's pace drifts. Traced on the demo pair's
+    GPU, up to noise), so a fresh cost at a larger N caps the answer at every smaller N: the table answers, for
+    each N, the least of its own cost and the costs of larger N measured within `fresh` steps. Noise only adds
+    time, so the least evidence is the truest, and a bound is only ever lowered by it. Traced on the demo pair's
     layer-skip draft at batch 1: width 2 timed once at 18.6 ms in a slow spell, beside fresh widths 3 and 5 at
     13.9 and 14.9 ms, kept width 2 out of reach for 400 steps (only a stale cost is explored, and a width is only
-    re-measured by being chosen); capped at 13.9 ms it is priced as it would be measured now.
+    re-measured by being chosen); capped at 13.9 ms it is priced as it would be measured now. Until 2026-12-06 a
+    new cost also raised larger N to it, which let a slow spell at a small N overrule the larger N's own fresh
+    samples: traced on the demo pair's early exit at batch 1 (English), widths 3-5 all answered 12.0 ms, a slow
+    spell's width 3, while widths 4 and 5 measured 7.3-9.0 and 8.2-12.7 ms; width 5 was never verified again.
     """
 
     def __init__(self, prior=None, growth: float = 1.0, fresh: int = 64, monotone: bool = False):
@@ -47,9 +53,11 @@ class ForwardCosts:
         self.fresh = fresh
         self.monotone = monotone
         self.samples: dict[int, list[tuple[int, float]]] = {}
-        self.seconds: dict[int, float] = {}
+        self.own: dict[int, float] = {}  # the least of N's own kept samples
+        self.seconds: dict[int, float] = {}  # what the table answers: own, capped by fresh larger N if monotone
         self.last_seen: dict[int, int] = {}
         self._sorted: list[int] = []
+        self._capped_at = -math.inf  # the step of the last full _recap
 
     def observe(self, tokens: int, seconds: float, step: int = 0) -> None:
         if tokens < 1 or not seconds > 0 or not math.isfinite(seconds):
@@ -67,22 +75,37 @@ class ForwardCosts:
                     low = s[1]
         kept.append((step, seconds))
         self.samples[tokens] = kept
-        seconds = self.seconds
-        seconds[tokens] = low
-        if tokens not in self.last_seen:
-            self._sorted = sorted(seconds)
+        own, answer = self.own, self.seconds
+        before = own.get(tokens)
+        own[tokens] = low
+        if before is None:
+            self._sorted = sorted(own)
         self.last_seen[tokens] = step
-        if self.monotone:  # the table was non-decreasing before this sample: clamp outwards until one agrees
+        if not self.monotone:
+            answer[tokens] = low
+        elif before is None or before < low or step - self._capped_at >= CAP_REFRESH:  # new, or its least left
+            self._recap(step)
+        else:  # a cost that fell or held only lowers caps: from N down, until an answer is already as low
             known = self._sorted
             i = bisect.bisect_left(known, tokens)
-            j = i - 1  # index loops, not slices: observe runs for every forward
-            while j >= 0 and seconds[known[j]] > low:
-                seconds[known[j]] = low
-                j -= 1
-            j, end = i + 1, len(known)
-            while j < end and seconds[known[j]] < low:
-                seconds[known[j]] = low
-                j += 1
+            if answer.get(tokens, math.inf) > low:
+                answer[tokens] = low
+            while i > 0:
+                i -= 1
+                n = known[i]
+                if answer[n] <= low:
+                    break
+                answer[n] = low
+
+    def _recap(self, step: int) -> None:
+        """Every answer from scratch: the suffix minimum over fresh costs, from the largest N down."""
+        own, last_seen, answer, fresh, cap = self.own, self.last_seen, self.seconds, self.fresh, math.inf
+        for n in reversed(self._sorted):
+            c = own[n]
+            answer[n] = c if c < cap else cap
+            if c < cap and step - last_seen[n] <= fresh:
+                cap = c
+        self._capped_at = step
 
     def known(self, tokens: int) -> bool:
         return tokens in self.seconds
