@@ -16,6 +16,7 @@ import importlib.util
 import inspect
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -54,17 +55,27 @@ def _load(name: str, source: str):
     return module
 
 
+def _load_at(rev: str, module: str, tag: str, loaded: dict) -> str:
+    """Load specdec/scheduling/<module>.py as git revision `rev` holds it, and first every sibling module it
+    imports (`from .x import`), each as a module of today's package named by `tag`; its name, once per module."""
+    if module in loaded:
+        return loaded[module]
+    source = _source_at(rev, f"{module}.py")
+    for sibling in sorted(set(re.findall(r"^from \.(\w+) import", source, flags=re.M))):
+        name = _load_at(rev, sibling, tag, loaded)
+        source = re.sub(rf"^from \.{sibling} import", f"from .{name.rsplit('.', 1)[1]} import", source, flags=re.M)
+    loaded[module] = f"specdec.scheduling._{module}_at_{tag}"
+    _load(loaded[module], source)
+    return loaded[module]
+
+
 def controller_at(rev: str) -> type:
-    """SpeculationController as specdec/scheduling/control.py defines it at git revision `rev`, over the cost and
-    acceptance tables of that revision's estimates.py (a change to either is what an A/B compares). Both are
-    loaded as modules of the current specdec.scheduling package; the controller's import of its estimates is
-    pointed at the revision's copy."""
+    """SpeculationController as specdec/scheduling/control.py defines it at git revision `rev`, over that
+    revision's copies of every module of the package it imports (the cost and acceptance tables of estimates.py,
+    the margins, the rest and early-stop rules: a change to any is what an A/B compares). All are loaded as
+    modules of the current specdec.scheduling package, each import pointed at the revision's copy."""
     tag = "".join(c if c.isalnum() else "_" for c in rev)
-    control = _source_at(rev, "control.py")
-    if "from .estimates import" in control:  # older revisions kept their tables in control.py
-        _load(f"specdec.scheduling._estimates_at_{tag}", _source_at(rev, "estimates.py"))
-        control = control.replace("from .estimates import", f"from ._estimates_at_{tag} import")
-    return _load(f"specdec.scheduling._control_at_{tag}", control).SpeculationController
+    return sys.modules[_load_at(rev, "control", tag, {})].SpeculationController
 
 
 def measure(target, make_drafter, ids, batch_size: int, old_controller: type, *, repeats: int, max_new: int,

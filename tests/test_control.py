@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from specdec.scheduling.control import REST_STEPS, AcceptanceTable, ForwardCosts, SpeculationController, _clamp
+from specdec.scheduling.control import AcceptanceTable, ForwardCosts, SpeculationController, _clamp
 from specdec.scheduling.estimates import KEPT_SAMPLES
+from specdec.scheduling.rest import REST_STEPS
 
 K = 4
 

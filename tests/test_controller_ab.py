@@ -27,6 +27,9 @@ def test_a_revisions_controller_runs_beside_todays(tiny_folder):
     assert old is not SpeculationController and old.__module__.startswith("specdec.scheduling._control_at_")
     # the revision's own cost and acceptance tables, not today's (an A/B of an estimates change compares them)
     assert type(old(4).target_costs).__module__.startswith("specdec.scheduling._estimates_at_")
+    # and its rest and early-stop rules (the controller's own modules beside control.py)
+    assert [base.__module__.split("_at_")[0] for base in old.__mro__[1:-1]] == \
+        ["specdec.scheduling._rest", "specdec.scheduling._early_stop"]
     model, _ = load_causal_lm(tiny_folder)
     torch.manual_seed(0)
     rows = bench.measure(model, NgramDrafter, [[3, 4, 3, 4, 3, 4], [5, 6, 5, 6], [7, 8, 9]], 2, old,

@@ -52,41 +52,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Hashable, Sequence
 
+from .early_stop import EarlyStop
 from .estimates import AcceptanceTable, ForwardCosts
-
-MIN_SECONDS = 1e-7
-SWITCH_MARGIN = 0.1
-# An exploration step must be able to win this much over the best known choice: its information is worth its
-# price only when the gain it might reveal is material. Drafts that almost never land (p = 0.03) then leave a
-# plain decoder alone, while a stale width with promising drafts still gets re-measured.
-EXPLORE_GAIN = 0.1
-SPECULATE_MARGIN = 0.05  # a speculative width must beat plain by this much (see plan)
-PLAIN_FADE = 0.3  # how far a plain step ages the acceptance table, in verified steps
-# A catch-up must pay for itself within this many steps: costs drift (context length, the machine), and a
-# draft model woken for a short spell pays its prefill for nothing.
-PAYBACK_STEPS = 8
-PLAIN_FIRST = 3  # a new controller's first steps are plain: they measure what speculation must beat
-# A plain step chosen by a wide margin (plain's rate at least REST_GAP above the best speculative width's, and
-# REST_EXPLORE_GAP above what any exploration could hope for) stands for up to REST_STEPS - 1 steps of the same
-# rows (fewer where a cost turns stale or the exploration budget refills), unless a row offers drafts the plan
-# did not price (an n-gram drafter's: that add more than the plain step's slack, _rest_after).
-# Planning costs about 100 us in situ (cold caches after a forward): 1% of a step on the demo pair. Within a
-# few steps of a wide margin nothing it learns (the plain cost, a slow fade of the acceptance table) can close
-# the gap, so the saving costs at most a few steps' delay.
-REST_GAP = 0.2
-REST_STEPS = 8
-# The gap a rest needs over an exploration, which delayed by a rest costs only the delay of what it would
-# measure. On the demo pair's layer-skip draft in a plain spell at batch 4, the hoped-for exploration sat 5-6%
-# short of its trigger for hundreds of steps (pinned there by the floors of its hoped costs), and under a gap of
-# REST_GAP each of those steps was priced in full: 110 us, 1% of a step.
-REST_EXPLORE_GAP = 0.03
-# A drafter's first few verdicts are too few to believe either way: a drafter whose drafts land 75% of the time
-# misses one of its first two 44% of the time. Until it has had MIN_VERDICTS, an exploration may hope for its
-# acceptance (AcceptanceTable.hope), besides its stale costs (see plan). Traced on the demo pair's
-# layer-skip draft at batch 1: one miss in its first two verdicts, and every cost measured cold in the first
-# speculative steps (a step's overhead 2.9 ms, later 1.4), kept it plain for 200 steps.
-MIN_VERDICTS = 4
-
+from .margins import (EXPLORE_GAIN, MIN_SECONDS, MIN_VERDICTS, PAYBACK_STEPS, PLAIN_FADE, PLAIN_FIRST,
+                      SPECULATE_MARGIN, SWITCH_MARGIN)
+from .rest import PlainRest
 
 NO_OFFER = ([], [1.0], (), 1.0)  # plan's (p, gains, keys, factor) of a row that offers no drafts: its one token
 
@@ -125,7 +95,7 @@ class Plan:
         return self.width == 1
 
 
-class SpeculationController:
+class SpeculationController(PlainRest, EarlyStop):
     """Chooses verify widths and draft counts step by step; see the module docstring for the model.
 
     Args:
@@ -486,96 +456,6 @@ class SpeculationController:
         extra = draft_s - (first_caught_up + (drafts - 1) * rest) if catch_up else 0.0
         return draft_s - extra * (1 - 1 / max(1.0, min(horizon, PAYBACK_STEPS))), extra
 
-    def _rest_after(self, plain_rate, best_spec, best_opt, rows, keys, probs, values, top, may_explore, worth):
-        """The rest that a plain step chosen by a wide margin begins (see REST_GAP), or None: (the clock it ends
-        at, its rows, the offers priced, the slack (None: none) and what a new offer is measured by, the
-        acceptance table's count of accepted drafts).
-
-        It ends after REST_STEPS, or sooner where a fresh cost of a priced width turns stale or the exploration
-        budget refills, since either may make an exploration due. A drafter without a draft model (n-gram)
-        offers other keys every step, and each would end a rest: there the rest also stands while what new
-        offers add to the expected value of each width fits in the slack the plain step won by (_rest_slack),
-        until a draft is seen accepted (a row factor may have risen)."""
-        if best_spec is not None and plain_rate < best_spec[0] * (1 + REST_GAP):
-            return None
-        if best_opt is not None and plain_rate < best_opt[0] / (1 + EXPLORE_GAIN) * (1 + REST_EXPLORE_GAP):
-            return None
-        batch = len(rows)
-        slack = None if self.draft_costs is not None else self._rest_slack(rows, probs, values, top, plain_rate,
-                                                                             worth, may_explore)
-        until = self._rest_until(batch, range(2, (self.k if slack else top) + 2), may_explore,
-                                 self.clock + REST_STEPS)
-        # the offers as passed (no caller mutates them; _resting recognises a shared list by identity)
-        return until, list(rows), [k if len(k) <= self.k else k[:self.k] for k in keys], slack, self.acceptance.accepted
-
-    def _rest_until(self, batch: int, widths, may_explore: bool, until: int) -> int:
-        """The clock a rest ends at, at most `until`: sooner where a fresh cost of one of these widths
-        (or the draft's at N = batch, plan's draft_stale) turns stale, or the exploration budget refills, since
-        either can make an exploration due."""
-        clock, refresh = self.clock, self.refresh_steps
-        seen = self.target_costs.last_seen
-        stamps = [seen.get(batch * w) for w in widths]
-        if self.draft_costs is not None:
-            stamps.append(self.draft_costs.last_seen.get(batch))
-        for s in stamps:
-            if s is not None and clock - s <= refresh:
-                until = min(until, s + refresh + 1)
-        if not may_explore and self.explore_share > 0:  # the first step whose plan may explore again
-            due = (self.explore_spent + 1 - self.warmup_explore) / self.explore_share - self.steps
-            until = min(until, clock + max(1, math.ceil(due)))
-        return until
-
-    def _rest_slack(self, rows, probs, values, top, plain_rate, worth, may_explore):
-        """(per draft count c = 1..K, how much more expected value (tokens, weighed by worth) a plan could see
-        and still rest at width c + 1; per row its factor, worth and expected tokens by draft count as priced),
-        or None where no width has slack. Margins as in plan: a speculative width must beat plain by
-        SPECULATE_MARGIN and the rest's REST_GAP, an exploration its hoped cost by EXPLORE_GAIN and
-        REST_EXPLORE_GAP. For a drafter without a draft model: the forwards are the target's alone."""
-        batch, k, clock, refresh, costs = len(rows), self.k, self.clock, self.refresh_steps, self.target_costs
-        overhead = self._overhead(batch, True)
-        slack = []
-        for width in range(2, k + 2):
-            n = batch * width
-            cap = (self._target_estimate(n) + overhead) * (1 + SPECULATE_MARGIN) / (1 + REST_GAP)
-            if may_explore and self._stale(costs, n):
-                opt = (costs.optimistic(n, clock, refresh) or MIN_SECONDS) + overhead
-                cap = min(cap, opt * (1 + EXPLORE_GAIN) / (1 + REST_EXPLORE_GAP))
-            room = cap * plain_rate - values[min(width - 1, top)]
-            if room <= 0:
-                return None
-            slack.append(room)
-        worth = [1.0] * batch if worth is None else worth
-        return slack, [self._row_factor(r) for r in rows], worth, [self._cumulative(p) for p in probs]
-
-    def _resting(self, rows, keys) -> bool:
-        """Whether the plain step that began a rest still stands for these rows and offers (see _rest_after): the
-        same rows, every row offering a prefix of what was priced (a draft model offers the same position keys
-        every step; an n-gram row without a match offers nothing), or offers adding no more than the slack."""
-        until, rested, priced, slack, accepted = self._rest
-        if self.clock >= until or len(rows) != len(rested) or list(rows) != rested:
-            self._rest = None
-            return False
-        extra = None
-        for b, (k, p) in enumerate(zip(keys, priced)):
-            n = min(len(k), self.k)
-            if n and k is not p and (n > len(p) or list(k[:n]) != p[:n]):  # shared key lists: the same offer
-                if slack is None or self.acceptance.accepted != accepted:
-                    self._rest = None
-                    return False
-                room, factors, worth, gains = slack
-                if extra is None:
-                    extra = [0.0] * self.k
-                now = self._cumulative(self.probs(None, k[:n], factors[b]))
-                old, v = gains[b], worth[b]
-                for c in range(1, self.k + 1):
-                    more = now[min(c, n)] - old[min(c, len(old) - 1)]
-                    if more > 0:
-                        extra[c - 1] += v * more
-                        if extra[c - 1] > room[c - 1]:
-                            self._rest = None
-                            return False
-        return True
-
     def _finish(self, plan: Plan, rows, keys) -> Plan:
         self.steps += 1
         self.clock += 1  # never reset: the age of what was measured, across runs
@@ -584,121 +464,6 @@ class SpeculationController:
         self.predicted_seconds += plan.predicted_seconds
         plan.rows = list(rows)
         return plan
-
-    def keep_drafting(self, plan: Plan, drafted: int, keys: Sequence[Sequence[tuple]],
-                      position_keys: Sequence[tuple]) -> bool:
-        """A draft model has drafted `drafted` tokens per row; keys[b] are the features of row b's drafts so far
-        (its own probability for each, binned), position_keys[i] the feature of a draft at position i + 1
-        before it is drafted. Go on while drafting further (up to K, even past the plan) still pays at the
-        rate the plan expected; else stop (the engine then verifies `drafted` drafts per row)."""
-        if not self.enabled:
-            return drafted < plan.width - 1
-        if drafted >= self.k:
-            return False
-        if plan.explore and drafted < plan.width - 1:
-            # An exploration measures the width it chose: cut short by the believed costs that made that width
-            # look dear, it would re-measure a narrower one (traced on the demo pair's early exit at batch 1,
-            # English: width 5 explored, never verified in 300 steps).
-            return True
-        batch = len(plan.rows)
-        # Row b's expected tokens grow by P_b * G_b(m) with m more drafts: P_b, the chance its drafts so far all
-        # land (their own keys), times G_b(m) = sum_{i<=m} prod_{j<=i} q_b[drafted + j], the position priors of
-        # the drafts to come (with the row's factor). The row factors, the priors and so every G stand for the
-        # whole step (the tables change only in record): computed on the step's first call, as is P_b, which
-        # each later call extends by the one new draft (the draft model asks after every draft).
-        memo = self._drafting
-        if memo is None or memo[0] is not plan or memo[1] != self.acceptance.version or (
-                memo[8] is not position_keys and memo[2] != list(position_keys[:self.k])):
-            memo = self._drafting = self._drafting_memo(plan, list(position_keys[:self.k]), position_keys)
-        # Plain loops, no comprehensions: on Python 3.11 each comprehension is a call of its own, and this runs
-        # right after a draft forward has evicted the interpreter's working set (there, ~6x its cost in a loop).
-        factors, ahead_probs, worth, rate, chance, estimates = memo[3], memo[4], memo[5], memo[6], memo[7], memo[9]
-        done, land, seen = chance
-        # extend the last call's chances only where this call continues it (the same drafts, one more each)
-        if done != drafted - 1:
-            done = 0
-        else:
-            for k, p in zip(keys, seen):
-                if k[:done] != p:
-                    done = 0
-                    break
-        if done == 0:
-            land = [1.0] * batch
-        keyrate, cached = self.acceptance.rate, self.acceptance.rates  # rate()'s cache, read first: a hit is no call
-        for i in range(done, drafted):
-            landed = []
-            for x, f, k in zip(land, factors, keys):
-                key = k[i]
-                p = cached.get(key)
-                p = f * (keyrate(key) if p is None else p)
-                landed.append(x * (p if 0.0 <= p <= 0.995 else (0.995 if p > 0.995 else 0.0)))  # _clamp
-            land = landed
-        seen = []
-        for k in keys:
-            seen.append(k[:drafted])
-        memo[7] = (drafted, land, seen)
-        # gains[m - 1] = sum_b v_b P_b G_b(m), in row order
-        gains = [0] * (self.k - drafted)
-        for v, x, q in zip(worth, land, ahead_probs):
-            vx, run, total = v * x, 1.0, 0.0
-            for m, p in enumerate(q[drafted:]):
-                run *= p
-                total += run
-                gains[m] += vx * total
-        now_seconds = estimates[drafted]
-        draft_s = ((self.draft_costs.estimate(batch) if self.draft_costs else 0.0) or 0.0)
-        for more in range(1, self.k - drafted + 1):
-            gain = gains[more - 1]
-            extra = more * draft_s + estimates[drafted + more] - now_seconds
-            if extra > 0 and gain / extra > rate:
-                return True
-            if extra <= 0 and gain > 0:
-                return True
-        return False
-
-    def _drafting_memo(self, plan: Plan, ahead: list, position_keys) -> list:
-        """keep_drafting's stand for a step: [plan, table version, position keys, row factors, per row the
-        position priors q of the drafts ahead (with its factor), token worth, the plan's rate, (drafts counted,
-        P per row, their keys), the position keys as passed, the target's estimated cost at width d + 1 by d].
-        The target's costs do not change while a step drafts (only its own forward is timed then). What plan
-        priced is reused where the table has not changed since and every row offered the drafts ahead (a draft
-        model's position keys): the same numbers, computed once a step instead of twice."""
-        batch, k = len(plan.rows), self.k
-        priced = plan.priced
-        factors = ahead_probs = None
-        if priced is not None and priced[0] == self.acceptance.version and len(priced[4]) == k + 1:
-            same, checked = True, None
-            for keys in priced[3]:
-                if keys is not checked:  # a draft model offers every row the same list: compared once
-                    if keys[:k] != ahead:
-                        same = False
-                        break
-                    checked = keys
-            if same:
-                factors, ahead_probs, estimates = priced[1], priced[2], priced[4]
-        if factors is None:
-            records, strength, keyrate = self.rows, self.row_strength, self.acceptance.rate
-            factors, ahead_probs, shared = [], [], {}
-            for r in plan.rows:
-                rec = records.get(r)  # _row_factor, inlined
-                f = 1.0 if rec is None else (rec.accepted + strength) / (rec.expected + strength)
-                factors.append(f)
-                q = shared.get(f)
-                if q is None:
-                    q = shared[f] = []
-                    for key in ahead:  # probs, inlined
-                        p = f * keyrate(key)
-                        q.append(p if 0.0 <= p <= 0.995 else (0.995 if p > 0.995 else 0.0))
-                ahead_probs.append(q)
-            measured, estimates = self.target_costs.seconds, []
-            for d in range(k + 1):
-                n = batch * (d + 1)
-                estimates.append(measured.get(n) or self._target_estimate(n))
-        value = plan.predicted_value if plan.worth is not None else plan.predicted_tokens
-        rate = value / plan.predicted_seconds if plan.predicted_seconds > 0 else 0.0
-        worth = plan.worth or [1.0] * batch
-        return [plan, self.acceptance.version, ahead, factors, ahead_probs, worth, rate,
-                (0, [1.0] * batch, []), position_keys, estimates]
 
     def record(self, plan: Plan, keys: Sequence[Sequence[tuple]], accepted: Sequence[int],
                seconds: float | None = None) -> None:

@@ -246,7 +246,7 @@ class AcceptanceTable:
     def hope(self, key: tuple) -> float:
         """An optimistic rate for exploring: rate(key) plus HOPE_SIGMAS of its posterior's spread, which is wide
         where the key has little (faded) evidence of its own and narrows as it gathers some. The controller asks
-        it only during a drafter's first verdicts (control.MIN_VERDICTS): on the demo pair's layer-skip draft at
+        it only during a drafter's first verdicts (margins.MIN_VERDICTS): on the demo pair's layer-skip draft at
         batch 1 (75% of drafts land), one early miss left position 1 at 1/2 on 2 verdicts, where no width paid,
         and no cost was stale enough to explore: plain for two whole calls (1500 steps). Hoped at 1/2 + 0.22 it
         is tried again within the exploration budget."""
