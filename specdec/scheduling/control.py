@@ -49,13 +49,14 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Hashable, Sequence
 
 from .early_stop import EarlyStop
 from .estimates import AcceptanceTable, ForwardCosts
 from .margins import (EXPLORE_GAIN, MIN_SECONDS, MIN_VERDICTS, PAYBACK_STEPS, PLAIN_FADE, PLAIN_FIRST,
                       SPECULATE_MARGIN, SWITCH_MARGIN)
+from .plan import Plan
 from .rest import PlainRest
 
 NO_OFFER = ([], [1.0], (), 1.0)  # plan's (p, gains, keys, factor) of a row that offers no drafts: its one token
@@ -71,28 +72,6 @@ class RowRecord:
     """How a sequence's drafts fared against what the tables predicted for them: its row factor."""
     accepted: float = 0.0
     expected: float = 0.0
-
-
-@dataclass
-class Plan:
-    """The controller's decision for one step (see SpeculationController.plan)."""
-    width: int  # verify width w: the target forward covers [last, d_1 .. d_{w-1}]; 1 = plain step
-    num_draft: list[int]  # per row, drafts to verify (<= width - 1)
-    predicted_tokens: float
-    predicted_seconds: float
-    explore: bool = False
-    probs: list[list[float]] = field(default_factory=list)  # per row, p[b, i] for its drafted positions
-    # per row, v_b in units of an average token (c(B) / B seconds of plain decoding); None: every token alike
-    worth: list[float] | None = None
-    predicted_value: float = 0.0  # sum_b v_b E_b for the chosen counts (= predicted_tokens when worth is None)
-    # what plan priced, for keep_drafting's stand (_drafting_memo) when the tables have not changed since: (the
-    # acceptance table's version, per row its factor, per row p[b, i] for every offered draft, per row its keys,
-    # the target's cost by width - 1)
-    priced: tuple | None = None
-
-    @property
-    def plain(self) -> bool:
-        return self.width == 1
 
 
 class SpeculationController(PlainRest, EarlyStop):

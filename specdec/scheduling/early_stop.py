@@ -5,10 +5,9 @@ SpeculationController: it reads the controller's tables."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
-if TYPE_CHECKING:
-    from .control import Plan
+from .plan import Plan
 
 
 class EarlyStop:
