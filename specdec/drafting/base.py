@@ -16,7 +16,8 @@ drafter never knows which scheduler runs it:
 
 Optional: a deterministic drafter may judge its own unverified offers in hindsight (`hindsight`, set by the loop
 when its controller is adaptive, and `judged()` -> [(seq, keys, matched)]; see NgramDrafter), so the controller
-learns what they are worth during plain steps.
+learns what they are worth during plain steps. A draft model whose first draft a plain step's target forward
+computes anyway (EarlyExitDrafter) also has `watch_plain(batch, sampling)`, called before such a step's verify.
 
 Optional attributes the decoder reads: `first_columns` (columns per row of a draft model's first forward in a
 step, for the controller's pricing: 2 by default), `cost_model` (a module whose parameter count prices a drafter

@@ -97,6 +97,8 @@ class DecodeLoop:
         self.hindsight = self.adaptive and hasattr(drafter, "judged")
         if hasattr(drafter, "hindsight"):
             drafter.hindsight = self.hindsight
+        # a draft model that reads its first draft off a plain step's target forward (EarlyExitDrafter)
+        self.watch_plain = self.hindsight and hasattr(drafter, "watch_plain")
         self.out: list[list[int]] = [[] for _ in prompts]
         self.finished = [False] * len(prompts)
         self.waiting = list(range(len(prompts)))[::-1]  # pop() takes the next prompt in input order
@@ -169,6 +171,8 @@ class DecodeLoop:
         if self.ranks is not None:  # the controller follows this rank's timings: use rank 0's plan
             plan = self.ranks.agree_plan(plan, self.controller)
         if plan.plain:
+            if self.watch_plain and self.ranks is None:  # one rank's verdicts would skew its controller alone
+                self.drafter.watch_plain(batch, self.sampling)
             return plan, None
         early = getattr(self.drafter, "early_stop", False) and self.adaptive
         position_keys = self.position_keys
