@@ -49,3 +49,29 @@ def test_bad_revision_and_repeats_are_named(tiny_folder):
     model, _ = load_causal_lm(tiny_folder)
     with pytest.raises(ValueError, match="repeats must be >= 1, got 0"):
         bench.measure(model, NgramDrafter, [[3, 4]], 1, SpeculationController, repeats=0, max_new=2)
+
+
+def test_paired_ratio_brackets_the_median_and_narrows_with_agreement():
+    bench = _bench()
+    # a constant ratio: every resample has the same median, so the interval is that point
+    assert bench.paired_ratio([2.0, 4.0, 6.0], [1.0, 2.0, 3.0]) == (2.0, 2.0, 2.0)
+    rng = __import__("random").Random(3)
+    base = [1.0 + rng.random() for _ in range(15)]
+    noisy = [b / (1.0 + 0.1 * (rng.random() - 0.5)) for b in base]  # ratios within 0.95-1.05
+    mid, low, high = bench.paired_ratio(base, noisy, seed=1)
+    assert low <= mid <= high and 0.95 <= low < high <= 1.05
+    assert bench.paired_ratio(base, noisy, seed=1) == (mid, low, high)  # seeded: the same interval again
+    wider = bench.paired_ratio(base, noisy, level=0.99, seed=1)
+    assert wider[1] <= low and wider[2] >= high
+    # paired: reversing one list's order changes the ratios, so the answer must change too
+    assert bench.paired_ratio(base, noisy[::-1], seed=1) != (mid, low, high)
+
+
+def test_paired_ratio_bad_input_is_named():
+    bench = _bench()
+    with pytest.raises(ValueError, match="need paired, non-empty timings, got 2 and 1"):
+        bench.paired_ratio([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="need paired, non-empty timings, got 0 and 0"):
+        bench.paired_ratio([], [])
+    with pytest.raises(ValueError, match=r"level must be in \(0, 1\), got 1.5"):
+        bench.paired_ratio([1.0], [1.0], level=1.5)
