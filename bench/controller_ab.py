@@ -99,21 +99,27 @@ def paired_ratio(baseline: list[float], seconds: list[float], *, level: float = 
 
 
 def measure(target, make_drafter, ids, batch_size: int, old_controller: type, *, repeats: int, max_new: int,
-            k: int = 4, seed: int = 0) -> dict:
-    """{decoder: {speedup, mean_width, explore_steps, control_us_per_step, exact, seconds}} for plain, the working
-    tree's controller ("new"), the revision's ("old") and fixed K (seconds: per repeat, in order); make_drafter()
-    gives each its own drafter."""
+            k: int = 4, seed: int = 0, copies: int = 1) -> dict:
+    """{decoder: {speedup, mean_width, explore_steps, control_us_per_step, exact, seconds, copies}} for plain, the
+    working tree's controller ("new"), the revision's ("old") and fixed K; make_drafter() gives each its own
+    drafter. Each controller runs in `copies` decoders of its own, every copy once a repeat: its seconds per repeat
+    are its copies' mean, and "copies" holds each copy's own speed-up (median over repeats). A copy keeps its
+    controller across repeats, so copies apart are what one controller's path is worth (see paired_ratio)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    decoders = {"plain": SpeculativeDecoder(target, None, scheduler="autoregressive"),
-                "new": SpeculativeDecoder(target, make_drafter(), num_draft_tokens=k),
-                "old": SpeculativeDecoder(target, make_drafter(), num_draft_tokens=k),
-                "fixed": SpeculativeDecoder(target, make_drafter(), num_draft_tokens=k, adaptive=False)}
-    new = decoders["new"].controller
-    options = {"draft_cost_ratio": new.draft_ratio}
-    if "draft_first_columns" in inspect.signature(old_controller).parameters:  # an older one prices 2 columns
-        options["draft_first_columns"] = new.first_columns
-    decoders["old"].controller = old_controller(k, **options)
+    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
+        raise ValueError(f"copies must be an int >= 1, got {copies!r}")
+    options = None
+    decoders = {"plain": SpeculativeDecoder(target, None, scheduler="autoregressive")}
+    for c in range(copies):
+        new = decoders[("new", c)] = SpeculativeDecoder(target, make_drafter(), num_draft_tokens=k)
+        old = decoders[("old", c)] = SpeculativeDecoder(target, make_drafter(), num_draft_tokens=k)
+        if options is None:
+            options = {"draft_cost_ratio": new.controller.draft_ratio}
+            if "draft_first_columns" in inspect.signature(old_controller).parameters:  # an older one prices 2
+                options["draft_first_columns"] = new.controller.first_columns
+        old.controller = old_controller(k, **options)
+    decoders["fixed"] = SpeculativeDecoder(target, make_drafter(), num_draft_tokens=k, adaptive=False)
     seconds = {n: [] for n in decoders}
     stats = {n: [] for n in decoders}
     outputs = {}
@@ -125,17 +131,25 @@ def measure(target, make_drafter, ids, batch_size: int, old_controller: type, *,
             seconds[name].append(time.process_time() - c)
             stats[name].append(res.stats)
             outputs[name] = res.sequences
+    plain = seconds["plain"]
+
+    def speedup(times):
+        return statistics.median(p / q for p, q in zip(plain, times))
+
     out = {}
-    for name in decoders:
-        st = stats[name]
+    for label in ("plain", "new", "old", "fixed"):
+        names = [n for n in decoders if n == label or (isinstance(n, tuple) and n[0] == label)]
+        st = [s for n in names for s in stats[n]]
+        mean_seconds = [statistics.mean(t) for t in zip(*(seconds[n] for n in names))]
         steps = sum(s["steps"] for s in st)
-        out[name] = {
-            "speedup": statistics.median(p / q for p, q in zip(seconds["plain"], seconds[name])),
+        out[label] = {
+            "speedup": speedup(mean_seconds),
             "mean_width": statistics.mean(s.get("mean_width", 1.0) for s in st),
             "explore_steps": sum(s.get("explore_steps", 0) for s in st),
             "control_us_per_step": 1e6 * sum(s.get("control_seconds", 0.0) for s in st) / max(1, steps),
-            "exact": outputs[name] == outputs["plain"],
-            "seconds": seconds[name],
+            "exact": all(outputs[n] == outputs["plain"] for n in names),
+            "seconds": mean_seconds,
+            "copies": [speedup(seconds[n]) for n in names],
         }
     return out
 
@@ -151,6 +165,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--copies", type=int, default=1,
+                   help="decoders per controller (each its own path; a controller's time is their mean)")
     p.add_argument("--json", help="write every decoder's row (with its per-repeat seconds) here")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -159,14 +175,16 @@ def main(argv=None) -> int:
     ids = encode(tokenizer, by_category(load_prompt_records(None))[args.category], False)
     make = {"earlyexit": lambda: EarlyExitDrafter(target, DRAFT_LAYERS), "layerskip": lambda: layerskip,
             "ngram": NgramDrafter}[args.drafter]
-    rows = measure(target, make, ids, args.batch_size, old, repeats=args.repeats, max_new=args.max_new_tokens)
+    rows = measure(target, make, ids, args.batch_size, old, repeats=args.repeats, max_new=args.max_new_tokens,
+                   copies=args.copies)
     print(f"demo pair, {args.category}: {len(ids)} prompts, batch {args.batch_size}, {args.drafter}, "
           f"{args.max_new_tokens} new tokens, {args.repeats} repeats, {args.threads} thread(s), process CPU time; "
-          f"new = working tree, old = {args.rev}\n")
+          f"new = working tree, old = {args.rev}, {args.copies} decoder(s) each\n")
     print(f"{'decoder':8s} {'x plain':>8s} {'width':>6s} {'explore':>8s} {'control us/step':>16s} exact")
     for name, r in rows.items():
         print(f"{name:8s} {r['speedup']:8.3f} {r['mean_width']:6.2f} {r['explore_steps']:8d} "
-              f"{r['control_us_per_step']:16.1f} {r['exact']}")
+              f"{r['control_us_per_step']:16.1f} {r['exact']}"
+              + (f"  copies {' '.join(f'{x:.3f}' for x in r['copies'])}" if len(r["copies"]) > 1 else ""))
     mid, low, high = paired_ratio(rows["old"]["seconds"], rows["new"]["seconds"])
     print(f"\nnew over old: {mid:.3f}x, 90% bootstrap interval {low:.3f}-{high:.3f} over {args.repeats} paired "
           f"repeats (repeat-to-repeat noise only: an A/A run, --rev HEAD, has read 1.039x, 1.014-1.065x)")

@@ -40,6 +40,24 @@ def test_a_revisions_controller_runs_beside_todays(tiny_folder):
         assert r["exact"], name
         assert r["speedup"] > 0 and r["mean_width"] >= 1.0
     assert rows["fixed"]["mean_width"] > 1.0  # fixed K verifies its n-gram matches
+    assert [len(r["copies"]) for r in rows.values()] == [1, 1, 1, 1]
+    assert all(len(r["seconds"]) == 2 for r in rows.values())
+
+
+def test_copies_each_run_and_their_mean_is_the_controllers_time(tiny_folder):
+    bench = _bench()
+    model, _ = load_causal_lm(tiny_folder)
+    torch.manual_seed(0)
+    rows = bench.measure(model, NgramDrafter, [[3, 4, 3, 4, 3, 4], [5, 6, 5, 6]], 2, SpeculationController,
+                         repeats=3, max_new=5, copies=3)
+    assert list(rows) == ["plain", "new", "old", "fixed"]
+    for name in ("new", "old"):
+        r = rows[name]
+        assert r["exact"] and len(r["copies"]) == 3 and len(r["seconds"]) == 3
+        assert all(x > 0 for x in r["copies"])
+    assert len(rows["fixed"]["copies"]) == 1 and len(rows["plain"]["copies"]) == 1
+    with pytest.raises(ValueError, match="copies must be an int >= 1, got 0"):
+        bench.measure(model, NgramDrafter, [[3, 4]], 1, SpeculationController, repeats=1, max_new=2, copies=0)
 
 
 def test_bad_revision_and_repeats_are_named(tiny_folder):
