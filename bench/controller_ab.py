@@ -100,10 +100,11 @@ def paired_ratio(baseline: list[float], seconds: list[float], *, level: float = 
 
 def measure(target, make_drafter, ids, batch_size: int, old_controller: type, *, repeats: int, max_new: int,
             k: int = 4, seed: int = 0, copies: int = 1) -> dict:
-    """{decoder: {speedup, mean_width, explore_steps, control_us_per_step, exact, seconds, copies}} for plain, the
-    working tree's controller ("new"), the revision's ("old") and fixed K; make_drafter() gives each its own
-    drafter. Each controller runs in `copies` decoders of its own, every copy once a repeat: its seconds per repeat
-    are its copies' mean, and "copies" holds each copy's own speed-up (median over repeats). A copy keeps its
+    """{decoder: {speedup, mean_width, explore_steps, control_us_per_step, exact, seconds, copy_seconds, copies}}: the
+    rows of plain, the working tree's controller ("new"), the revision's ("old") and fixed K; make_drafter() gives
+    each its own drafter. Each controller runs in `copies` decoders of its own, every copy once a repeat: its
+    seconds per repeat are its copies' mean (each copy's in copy_seconds), and "copies" holds each copy's own
+    speed-up (median over repeats). A copy keeps its
     controller across repeats, so copies apart are what one controller's path is worth (see paired_ratio)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
@@ -149,6 +150,7 @@ def measure(target, make_drafter, ids, batch_size: int, old_controller: type, *,
             "control_us_per_step": 1e6 * sum(s.get("control_seconds", 0.0) for s in st) / max(1, steps),
             "exact": all(outputs[n] == outputs["plain"] for n in names),
             "seconds": mean_seconds,
+            "copy_seconds": [seconds[n] for n in names],
             "copies": [speedup(seconds[n]) for n in names],
         }
     return out

@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import statistics
 
 import pytest
 import torch
@@ -53,8 +54,11 @@ def test_copies_each_run_and_their_mean_is_the_controllers_time(tiny_folder):
     assert list(rows) == ["plain", "new", "old", "fixed"]
     for name in ("new", "old"):
         r = rows[name]
-        assert r["exact"] and len(r["copies"]) == 3 and len(r["seconds"]) == 3
-        assert all(x > 0 for x in r["copies"])
+        assert r["exact"] and len(r["copies"]) == 3 and len(r["copy_seconds"]) == 3
+        assert r["seconds"] == [statistics.mean(t) for t in zip(*r["copy_seconds"])]  # per repeat, the copies' mean
+        plain = rows["plain"]["seconds"]
+        assert r["speedup"] == statistics.median(p / q for p, q in zip(plain, r["seconds"]))
+        assert r["copies"] == [statistics.median(p / q for p, q in zip(plain, c)) for c in r["copy_seconds"]]
     assert len(rows["fixed"]["copies"]) == 1 and len(rows["plain"]["copies"]) == 1
     with pytest.raises(ValueError, match="copies must be an int >= 1, got 0"):
         bench.measure(model, NgramDrafter, [[3, 4]], 1, SpeculationController, repeats=1, max_new=2, copies=0)
