@@ -76,22 +76,7 @@ def controller_at(rev: str) -> type:
     the margins, the rest and early-stop rules: a change to any is what an A/B compares). All are loaded as
     modules of the current specdec.scheduling package, each import pointed at the revision's copy."""
     tag = "".join(c if c.isalnum() else "_" for c in rev)
-    return tolerant(sys.modules[_load_at(rev, "control", tag, {})].SpeculationController)
-
-
-def tolerant(cls: type) -> type:
-    """cls, or a subclass whose plan() drops the options today's decode loop passes and cls's plan() does not
-    take (prefill, before 2026-12-07): an older controller then runs as it did, blind to what it never read."""
-    accepted = inspect.signature(cls.plan).parameters
-    if "prefill" in accepted or any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
-        return cls
-
-    class Older(cls):
-        def plan(self, rows, keys, **options):
-            return super().plan(rows, keys, **{k: v for k, v in options.items() if k in accepted})
-
-    Older.__name__, Older.__qualname__, Older.__module__ = cls.__name__, cls.__qualname__, cls.__module__
-    return Older
+    return sys.modules[_load_at(rev, "control", tag, {})].SpeculationController
 
 
 def paired_ratio(baseline: list[float], seconds: list[float], *, level: float = 0.9, draws: int = 2000,

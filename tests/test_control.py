@@ -9,7 +9,6 @@ import pytest
 
 from specdec.scheduling.control import AcceptanceTable, ForwardCosts, SpeculationController, _clamp
 from specdec.scheduling.estimates import KEPT_SAMPLES
-from specdec.scheduling.margins import PAYBACK_STEPS
 from specdec.scheduling.rest import REST_STEPS
 
 K = 4
@@ -890,32 +889,3 @@ def test_a_catch_up_timed_in_a_slow_spell_is_priced_per_token_by_a_smaller_one()
     assert costs.estimate(401) == pytest.approx(0.0244 / 359 * 401)
     costs.observe(401, 0.0260, step=40)  # re-measured long after, the smaller ones stale: its own cost again
     assert costs.estimate(401) == pytest.approx(0.0260)
-
-
-@pytest.mark.parametrize("accept", [0.3, 0.4])
-def test_a_prompt_catch_up_is_spread_over_the_horizon_and_a_skipped_one_is_not(accept):
-    # The same 99 columns to feed (12 ms, a plain step 10), 50 steps left, drafts landing 30-40%: as a prompt the
-    # draft model has not fed (a row pays it once in its life) its cost is spread over the 50 steps and width 2
-    # pays (6-10% over plain after it); as skipped steps' columns (a lag that recurs after every plain spell) it
-    # must pay within PAYBACK_STEPS and past the switch margin, and the step stays plain. Traced on the demo
-    # pair's layer-skip draft at batch 1 (English): every prompt's first catch-up was charged like a lag, and
-    # the draft sat plain through whole prompts where fixed K read 1.28x plain.
-    keys = [[("model", i) for i in range(1, K + 1)]]
-    as_prompt = _draft_model_controller(accept).plan([0], keys, catch_up=99, horizon=50, prefill=99)
-    as_lag = _draft_model_controller(accept).plan([0], keys, catch_up=99, horizon=50, prefill=0)
-    assert not as_prompt.explore and not as_lag.explore
-    assert as_prompt.width == 2 and as_lag.width == 1, (as_prompt, as_lag)
-    # a prompt's share is charged once over the horizon: 50 steps left against 5 make it dearer
-    short = _draft_model_controller(accept).plan([0], keys, catch_up=99, horizon=5, prefill=99)
-    assert short.width == 1, short
-
-
-def test_draft_seconds_split_a_catch_up_by_its_parts():
-    forwards = (0.012, 0.002, 0.001)  # the first forward with its catch-up, without it, each later one
-    full, skipped, paid = SpeculationController._draft_seconds(forwards, 3, 10, 40.0, prefill=10)
-    assert (skipped, paid) == (0.0, pytest.approx(0.010)) and full == pytest.approx(0.004 + 0.010 / 40)
-    full, skipped, paid = SpeculationController._draft_seconds(forwards, 3, 10, 40.0, prefill=0)
-    assert skipped == paid == pytest.approx(0.010) and full == pytest.approx(0.004 + 0.010 / PAYBACK_STEPS)
-    full, skipped, paid = SpeculationController._draft_seconds(forwards, 3, 10, 40.0, prefill=4)
-    assert skipped == pytest.approx(0.006) and full == pytest.approx(0.004 + 0.004 / 40 + 0.006 / PAYBACK_STEPS)
-    assert SpeculationController._draft_seconds(forwards, 3, 0, 40.0) == (pytest.approx(0.014), 0.0, 0.0)

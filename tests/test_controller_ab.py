@@ -97,18 +97,3 @@ def test_paired_ratio_bad_input_is_named():
         bench.paired_ratio([], [])
     with pytest.raises(ValueError, match=r"level must be in \(0, 1\), got 1.5"):
         bench.paired_ratio([1.0], [1.0], level=1.5)
-
-
-def test_an_older_controller_is_not_passed_what_its_plan_never_took():
-    bench = _bench()
-    assert bench.tolerant(SpeculationController) is SpeculationController  # today's takes every option
-
-    class Old:
-        def plan(self, rows, keys, *, catch_up=0, horizon=None):
-            return rows, keys, catch_up, horizon
-
-    wrapped = bench.tolerant(Old)
-    assert wrapped is not Old and wrapped.__name__ == "Old"
-    assert wrapped().plan([0], [[]], catch_up=3, horizon=9.0, prefill=2) == ([0], [[]], 3, 9.0)
-    with pytest.raises(TypeError):
-        Old().plan([0], [[]], catch_up=3, prefill=2)

@@ -281,22 +281,3 @@ def test_every_realign_mode_is_exact(family, realign, scheduler, control):
     same = decoder(target(family), target(family), scheduler, window=4, num_draft_tokens=4, realign=realign,
                    control=control)
     assert same.generate(ps, max_new_tokens=40, batch_size=3, eos_token_id=[]).stats["acceptance_rate"] == 1.0
-
-
-def test_a_draft_models_prompt_lag_counts_the_prompt_its_lane_has_not_fed():
-    # lag: the columns the next drafting step feeds first; prompt_lag: of those, the prompt's (the controller
-    # spreads those over the horizon, a skipped step's columns over PAYBACK_STEPS). A plain step's commit adds a
-    # skipped column to both rows' lag, never to their prompt's.
-    from types import SimpleNamespace
-    from specdec.drafting.model import ModelDrafter
-    d = ModelDrafter(draft("llama", "agree"))
-    d.start(0, [5, 6, 7, 8], 9)
-    d.start(1, [1, 2], 3)
-    both, second = SimpleNamespace(seqs=[0, 1]), SimpleNamespace(seqs=[1])
-    assert (d.lag(both), d.prompt_lag(both)) == (3, 3)
-    d.seqs[1].pending = []  # its prompt fed, as a drafting step would have
-    assert (d.lag(second), d.prompt_lag(second)) == (0, 0)
-    d.commit(both, None, [[10], [11]])
-    d.commit(both, None, [[12], [13]])
-    assert (d.lag(both), d.prompt_lag(both)) == (5, 3)
-    assert (d.lag(second), d.prompt_lag(second)) == (2, 0)

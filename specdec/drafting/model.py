@@ -95,11 +95,6 @@ class ModelDrafter:
         """Columns the next drafting step must feed before its own: the longest row's pending tokens."""
         return max((len(self.seqs[s].pending) for s in batch.seqs), default=0)
 
-    def prompt_lag(self, batch: StepBatch) -> int:
-        """Of lag(batch), the prompt's columns the lane has not been fed (the rest are skipped steps'): the
-        longest row's, a row admitted since the draft last drafted."""
-        return max((len(st.pending) - st.skipped for st in map(self.seqs.__getitem__, batch.seqs)), default=0)
-
     def offer(self, batch: StepBatch, k: int) -> Keys:
         position = [("model", i) for i in range(1, k + 1)]
         return [position] * batch.size

@@ -231,7 +231,7 @@ class SpeculationController(PlainRest, EarlyStop):
         return [(beta + alpha if r == longest else beta) / (full / batch) for r in remaining]
 
     def plan(self, rows: Sequence[Hashable], keys: Sequence[Sequence[tuple]], *, catch_up: int = 0,
-             horizon: float = math.inf, remaining: Sequence[int] | None = None, prefill: int = 0) -> Plan:
+             horizon: float = math.inf, remaining: Sequence[int] | None = None) -> Plan:
         """The step's width and per-row draft counts.
 
         rows: a stable id per batch row (the sequence it decodes), for its row factor.
@@ -239,9 +239,6 @@ class SpeculationController(PlainRest, EarlyStop):
             proposed token; a draft model, before drafting: K position keys). len(keys[b]) caps row b's count.
         catch_up: a draft model's columns to feed before it can draft (it skipped steps, or has not prefilled);
             its cost is spread over `horizon` steps (the steps the batch has left), since it is paid once.
-        prefill: how many of those columns are a prompt's the draft model has not fed yet (a row admitted since
-            it last drafted): their cost is spread over the whole horizon and raises no switch margin (a row
-            pays it once, where a lag from skipped steps recurs after every plain spell; _draft_seconds).
         remaining: per row, the most tokens it has left, when nothing waits for room (the batch drains); None
             while prompts wait. Tokens are then valued by what they shorten the run (token_worth).
         """
@@ -334,8 +331,7 @@ class SpeculationController(PlainRest, EarlyStop):
         for width in range(1, top + 2):
             tokens, value = totals[width - 1], values[width - 1]
             drafts = width - 1 if model else 0
-            draft_s, extra, paid = (self._draft_seconds(known, drafts, catch_up, horizon, prefill) if drafts
-                                    else (0.0, 0.0, 0.0))
+            draft_s, extra = self._draft_seconds(known, drafts, catch_up, horizon) if drafts else (0.0, 0.0)
             n = batch * width
             draft_s += overhead[width > 1]
             target_s = measured.get(n) or self._target_estimate(n)
@@ -378,13 +374,12 @@ class SpeculationController(PlainRest, EarlyStop):
                 if width == 1:
                     opt += draft_s
                 else:
-                    opt += over_hope + (self._draft_seconds(hoped, drafts, catch_up, horizon, prefill)[0]
-                                        if stale_draft
+                    opt += over_hope + (self._draft_seconds(hoped, drafts, catch_up, horizon)[0] if stale_draft
                                         else draft_s - overhead[1])
                 # what exploring costs, in plain steps: the step, and all of a catch-up it needs (a draft model's
                 # prefill is paid now, whatever it is amortised over if speculation then pays)
                 cand = (hoped_value / opt, width, tokens, est, value,
-                        1.0 + paid / max(plain_s, MIN_SECONDS))
+                        1.0 + extra / max(plain_s, MIN_SECONDS))
                 if best_opt is None or cand[0] > best_opt[0]:
                     best_opt = cand
         explore = (best_opt is not None and best_opt[0] > best[0] * (1 + EXPLORE_GAIN) and best_opt[1] != best[1]
@@ -432,22 +427,13 @@ class SpeculationController(PlainRest, EarlyStop):
         return cost(batch * (catch_up + first)), cost(batch * first), cost(batch)
 
     @staticmethod
-    def _draft_seconds(forwards, drafts: int, catch_up: int, horizon: float,
-                       prefill: int = 0) -> tuple[float, float, float]:
-        """(seconds of drafting `drafts` tokens per row, with the catch-up amortised; the extra cost of its
-        skipped steps' columns; of all its columns). The catch-up columns ride on the first draft forward. Their
-        extra cost is charged by its parts: a prompt's columns (`prefill` of the catch-up) once over the horizon,
-        since a row pays them once in its life whatever follows; skipped steps' columns once per
-        min(horizon, PAYBACK_STEPS), since they recur after every plain spell."""
+    def _draft_seconds(forwards, drafts: int, catch_up: int, horizon: float) -> tuple[float, float]:
+        """(seconds of drafting `drafts` tokens per row, with the catch-up amortised; the catch-up's extra cost).
+        The catch-up columns ride on the first draft forward; their extra cost is charged once per horizon."""
         first, first_caught_up, rest = forwards
         draft_s = first + (drafts - 1) * rest
-        if not catch_up:
-            return draft_s, 0.0, 0.0
-        extra = first - first_caught_up
-        fed = extra * min(prefill, catch_up) / catch_up
-        skipped = extra - fed
-        charged = fed / max(1.0, horizon) + skipped / max(1.0, min(horizon, PAYBACK_STEPS))
-        return draft_s - extra + charged, skipped, extra
+        extra = draft_s - (first_caught_up + (drafts - 1) * rest) if catch_up else 0.0
+        return draft_s - extra * (1 - 1 / max(1.0, min(horizon, PAYBACK_STEPS))), extra
 
     def _finish(self, plan: Plan, rows, keys) -> Plan:
         self.steps += 1

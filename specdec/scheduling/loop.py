@@ -165,9 +165,8 @@ class DecodeLoop:
         keys = self.drafter.offer(batch, self.k)  # the drafter's own work (an n-gram lookup propose reuses)
         t = time.perf_counter()
         lag = self.drafter.lag(batch)  # the horizon only amortises a catch-up: not counted without one
-        prefill = self._prompt_lag(batch) if lag else 0
         plan = self.controller.plan(batch.seqs, keys, catch_up=lag, horizon=self._horizon(batch) if lag else math.inf,
-                                    remaining=self._remaining(batch), prefill=prefill)
+                                    remaining=self._remaining(batch))
         self.control_seconds += time.perf_counter() - t
         if self.ranks is not None:  # the controller follows this rank's timings: use rank 0's plan
             plan = self.ranks.agree_plan(plan, self.controller)
@@ -193,10 +192,6 @@ class DecodeLoop:
         if proposal.width == 0:
             return plan, None
         return plan, proposal
-
-    def _prompt_lag(self, batch: StepBatch) -> int:
-        prompt_lag = getattr(self.drafter, "prompt_lag", None)  # only a draft model with a lane of its own has one
-        return prompt_lag(batch) if prompt_lag is not None else 0
 
     def _horizon(self, batch: StepBatch) -> float:
         """Steps the batch has left, roughly: its rows' remaining tokens over the tokens a row gets per step."""
