@@ -47,6 +47,9 @@ def main(argv=None) -> int:
     p.add_argument("--whole-cell", action="store_true",
                    help="run each configuration over a whole cell at a time (the old way), not one batch of prompts "
                         "at a time with every configuration in turn (specdec.apps.speed.measure's block)")
+    p.add_argument("--copies", type=int, default=1,
+                   help="decoders per adaptive configuration, each its own controller path; a row's time is their "
+                        "mean (specdec.apps.speed.measure)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="see specdec.apps.speed.measure")
     p.add_argument("--json", default=None)
@@ -81,13 +84,14 @@ def main(argv=None) -> int:
               f"{len(records)} prompts, {args.max_new_tokens} new tokens, K={args.k}, {args.repeats} repeats, "
               f"{args.threads} thread(s), {args.clock} clock"
               + (f", repeats until plain has run {args.min_seconds:g} s" if args.min_seconds else "")
-              + (", whole cells" if args.whole_cell else ", one batch of prompts per block"))
+              + (", whole cells" if args.whole_cell else ", one batch of prompts per block")
+              + (f", {args.copies} decoders an adaptive row" if args.copies > 1 else ""))
     print(header, flush=True)
     rows = measure(target, factories, categories, args.batch_sizes, max_new=args.max_new_tokens, k=args.k,
                    repeats=args.repeats, fixed=not args.no_fixed, transformers=args.transformers,
                    assistants=assistants, show=lambda line: print(line, flush=True), clock=args.clock,
                    min_seconds=args.min_seconds, noise_gauge=args.noise_gauge,
-                   block=None if args.whole_cell else 0)
+                   block=None if args.whole_cell else 0, copies=args.copies)
     report("speed-up over the engine's plain batched decoding at the same batch size", table(rows), args.json,
            header, rows)
     return 0

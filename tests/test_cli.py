@@ -599,3 +599,34 @@ def test_folder_flags_are_checked_before_loading(tmp_path, tiny_folder, capsys, 
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("specdec: error: ") and message in err, (argv, err)
+
+
+def test_copies_run_each_adaptive_row_in_decoders_of_their_own_and_average_them(tiny_folder, monkeypatch):
+    model, tokenizer = load_causal_lm(tiny_folder)
+    torch.manual_seed(0)
+    cells = {"c": [[3, 4, 3, 4, 3], [5, 6]]}
+    made = []
+    original = speed.EngineRun.__init__
+
+    def counted(self, target, drafter, *args):
+        made.append(drafter)
+        original(self, target, drafter, *args)
+
+    monkeypatch.setattr(speed.EngineRun, "__init__", counted)
+    rows = measure(model, {"n-gram": NgramDrafter}, cells, [2], max_new=4, repeats=3, show=lambda line: None,
+                   clock="cpu", copies=3)
+    monkeypatch.undo()
+    assert [r["run"] for r in rows] == ["plain", "n-gram, adaptive", "n-gram, fixed K=4"]  # copies are one row
+    assert len(made) == 1 + 3 + 1 and len({id(d) for d in made if d is not None}) == 4  # a drafter each
+    by = {r["run"]: r for r in rows}
+    adaptive, plain = by["n-gram, adaptive"], by["plain"]["repeat_seconds"]
+    assert len(adaptive["copy_seconds"]) == 3 and adaptive["exact"]
+    for r, seconds in enumerate(adaptive["repeat_seconds"]):  # a repeat's time: its copies' mean
+        assert seconds == pytest.approx(sum(c[r] for c in adaptive["copy_seconds"]) / 3)
+    assert adaptive["speedup"] == paired_speedup(plain, adaptive["repeat_seconds"])
+    assert adaptive["copy_speedups"] == [paired_speedup(plain, c) for c in adaptive["copy_seconds"]]
+    assert len(by["n-gram, fixed K=4"]["copy_seconds"]) == 1  # fixed K has no controller path to average
+    assert "copies" in speed.format_row(adaptive) and "copies" not in speed.format_row(by["plain"])
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match=re.escape(f"copies must be an int >= 1, got {bad!r}")):
+            measure(model, {}, cells, [1], max_new=2, show=lambda line: None, copies=bad)

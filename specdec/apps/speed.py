@@ -106,7 +106,7 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
             repeats: int = 2, scheduler: str = "eqspec", fixed: bool = True, transformers: bool = False,
             assistants: dict | None = None, show=print, sequences: dict | None = None,
             clock: str = "wall", min_seconds: float = 0.0, max_repeats: int | None = None,
-            noise_gauge: bool = False, block: int | None = None) -> list[dict]:
+            noise_gauge: bool = False, block: int | None = None, copies: int = 1) -> list[dict]:
     """Rows {category, batch_size, run, seconds, tokens_per_s, speedup, ...}; categories: {name: [token ids]}.
 
     clock: what `seconds` and `speedup` count: "wall" time, or the process's "cpu" time (with one torch thread,
@@ -130,13 +130,21 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
     drifts over tens of seconds, so their ratio carries less of it (one demo prompt decoded 120 times in a row:
     the ratio of adjacent runs varies by 5.6%, of runs 14 apart by 10.5%). 0 means one batch of prompts
     (`batch_size`) per block: no row refills from the next block, so at a batch size that does not divide the
-    cell the last block runs smaller (as an EQSPEC batch whose rows all finish together would)."""
+    cell the last block runs smaller (as an EQSPEC batch whose rows all finish together would).
+
+    copies: decoders per adaptive configuration, each with a controller of its own, each run once a block. A
+    controller learns along its path (one early noisy sample can keep it plain for a call), so one decoder's
+    time is one path's: two copies of one controller have read 4% apart on the demo pair. The row's time per
+    repeat is the copies' mean; "copy_seconds" and "copy_speedups" keep each copy's, and its stats are every
+    copy's last repeat merged (counts such as steps add up over the copies; widths and shares are theirs)."""
     if clock not in ("wall", "cpu"):
         raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if not min_seconds >= 0:
         raise ValueError(f"min_seconds must be >= 0, got {min_seconds}")
+    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
+        raise ValueError(f"copies must be an int >= 1, got {copies!r}")
     if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 0):
         raise ValueError(f"block must be None or an int >= 0 (prompts per block; 0: one batch), got {block!r}")
     max_repeats = 8 * repeats if max_repeats is None else max_repeats
@@ -149,8 +157,12 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
             runs: dict[str, object] = {"plain": EngineRun(target, None, True, k, scheduler)}
             if noise_gauge:
                 runs[NOISE_GAUGE] = EngineRun(target, None, True, k, scheduler)
+            members: dict[str, list[str]] = {}  # a row's runs: its adaptive copies, else the run alone
             for name, make in drafters.items():
-                runs[f"{name}, adaptive"] = EngineRun(target, make(), True, k, scheduler)
+                row_name = f"{name}, adaptive"
+                members[row_name] = [row_name] + [f"{row_name} #{c + 1}" for c in range(1, copies)]
+                for run_name in members[row_name]:
+                    runs[run_name] = EngineRun(target, make(), True, k, scheduler)
                 if fixed:
                     runs[f"{name}, fixed K={k}"] = EngineRun(target, make(), False, k, scheduler)
             if transformers and batch_size == 1:
@@ -185,19 +197,27 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
             if sequences is not None:
                 sequences.update({(category, batch_size, name): seqs for name, seqs in outputs.items()})
             tokens = sum(len(q) for q in outputs["plain"]) * rep
-            for name in names:
-                stats = getattr(runs[name], "stats", [])
-                last = last_repeat(stats, len(blocks))
-                total = sum(seconds[name])
+            copied = {m for group in members.values() for m in group[1:]}
+            for name in (n for n in names if n not in copied):
+                group = members.get(name, [name])
+                own = {label: [statistics.mean(t) for t in zip(*(times[m] for m in group))]
+                       for label, times in (("wall", wall), ("cpu", cpu))}
+                mine = own["cpu"] if clock == "cpu" else own["wall"]
+                stats = [st for m in group for st in getattr(runs[m], "stats", [])]
+                last = merge_stats([last_repeat(getattr(runs[m], "stats", []), len(blocks)) for m in group]) \
+                    if len(group) > 1 else last_repeat(stats, len(blocks))
+                total = sum(mine)
                 row = {"category": category, "batch_size": batch_size, "run": name, "seconds": total,
-                       "clock": clock, "wall_seconds": sum(wall[name]), "cpu_seconds": sum(cpu[name]),
-                       "repeats": rep, "repeat_seconds": list(seconds[name]),
-                       "wall_speedup": paired_speedup(wall["plain"], wall[name]),
-                       "cpu_speedup": paired_speedup(cpu["plain"], cpu[name]),
+                       "clock": clock, "wall_seconds": sum(own["wall"]), "cpu_seconds": sum(own["cpu"]),
+                       "repeats": rep, "repeat_seconds": list(mine),
+                       "wall_speedup": paired_speedup(wall["plain"], own["wall"]),
+                       "cpu_speedup": paired_speedup(cpu["plain"], own["cpu"]),
                        "tokens_per_s": tokens / total if total else 0.0,
-                       "speedup": paired_speedup(seconds["plain"], seconds[name]),
+                       "speedup": paired_speedup(seconds["plain"], mine),
                        "speedup_of_totals": sum(seconds["plain"]) / total if total else 0.0,
-                       "exact": outputs[name] == outputs["plain"],
+                       "copy_seconds": [list(seconds[m]) for m in group],
+                       "copy_speedups": [paired_speedup(seconds["plain"], seconds[m]) for m in group],
+                       "exact": all(outputs[m] == outputs["plain"] for m in group),
                        "acceptance_rate": last.get("acceptance_rate"), "mean_width": last.get("mean_width"),
                        "plain_steps": last.get("plain_steps"), "steps": last.get("steps"),
                        "explore_steps": last.get("explore_steps"),
@@ -248,7 +268,9 @@ def format_row(row: dict) -> str:
     acc = f"{row['acceptance_rate']:.0%}" if row.get("acceptance_rate") else "-"
     return (f"{str(row['category']):15s} B={row['batch_size']:<2d} {row['run']:34s} {row['speedup']:5.2f}x "
             f"{row['tokens_per_s']:7.1f} tok/s  width {width:>4s}  accept {acc:>4s}  "
-            f"{'exact' if row['exact'] else 'DIFFERS'}")
+            f"{'exact' if row['exact'] else 'DIFFERS'}"
+            + (f"  copies {' '.join(f'{x:.2f}x' for x in row['copy_speedups'])}"
+               if len(row.get("copy_speedups") or ()) > 1 else ""))
 
 
 def table(rows: list[dict]) -> str:
