@@ -204,8 +204,7 @@ def measure(target, drafters: dict[str, Factory], categories: dict, batch_sizes,
                        for label, times in (("wall", wall), ("cpu", cpu))}
                 mine = own["cpu"] if clock == "cpu" else own["wall"]
                 stats = [st for m in group for st in getattr(runs[m], "stats", [])]
-                last = merge_stats([last_repeat(getattr(runs[m], "stats", []), len(blocks)) for m in group]) \
-                    if len(group) > 1 else last_repeat(stats, len(blocks))
+                last = merge_stats([last_repeat(getattr(runs[m], "stats", []), len(blocks)) for m in group])
                 total = sum(mine)
                 row = {"category": category, "batch_size": batch_size, "run": name, "seconds": total,
                        "clock": clock, "wall_seconds": sum(own["wall"]), "cpu_seconds": sum(own["cpu"]),
