@@ -133,6 +133,9 @@ class SpeculationController(PlainRest, EarlyStop):
         self.judged_drafts = 0  # unverified drafts judged in hindsight (judge)
         self._rest: tuple | None = None  # (until clock, rows, keys priced): a plain step that stands (REST_GAP)
         self._drafting: list | None = None  # keep_drafting's stand for the step under way (_drafting_memo)
+        # dormancy (rest.DORMANT_AFTER): plain plans in a row, of these rows; the dormant steps granted, left
+        self._plain_run, self._dormant_rows, self._dormant_skip, self._dormant_left = 0, [], 0, 0
+        self.dormant_steps = 0
 
     # ------------------------------------------------------------------------------------------- costs
     def observe_target(self, tokens: int, seconds: float) -> None:
@@ -442,6 +445,7 @@ class SpeculationController(PlainRest, EarlyStop):
         self.predicted_tokens += plan.predicted_tokens
         self.predicted_seconds += plan.predicted_seconds
         plan.rows = list(rows)
+        self._note_plain(plan, plan.rows)
         return plan
 
     def record(self, plan: Plan, keys: Sequence[Sequence[tuple]], accepted: Sequence[int],
@@ -516,8 +520,9 @@ class SpeculationController(PlainRest, EarlyStop):
         self.explore_spent = 0.0
         self.width_hist = [0] * (self.k + 2)
         self.predicted_tokens = self.predicted_seconds = 0.0
-        self.realised_tokens = self.judged_drafts = 0
+        self.realised_tokens = self.judged_drafts = self.dormant_steps = 0
         self._rest = None
+        self._plain_run = self._dormant_skip = self._dormant_left = 0
 
     def forget(self, row: Hashable) -> None:
         """A sequence finished: drop its row record."""
@@ -532,6 +537,7 @@ class SpeculationController(PlainRest, EarlyStop):
             "width_histogram": list(self.width_hist[1:]),  # steps per verify width 1 .. K + 1
             "mean_width": mean_width,
             "plain_steps": self.plain_steps,
+            "dormant_steps": self.dormant_steps,  # plain steps run without an offer or a plan (rest.DORMANT_AFTER)
             "explore_steps": self.explored,
             "judged_drafts": self.judged_drafts,
             "predicted_tokens_per_step": self.predicted_tokens / steps if steps else 0.0,

@@ -99,6 +99,9 @@ class DecodeLoop:
             drafter.hindsight = self.hindsight
         # a draft model that reads its first draft off a plain step's target forward (EarlyExitDrafter)
         self.watch_plain = self.hindsight and hasattr(drafter, "watch_plain")
+        # steps the controller lets run as plain decoding unplanned and untimed (rest.DORMANT_AFTER)
+        self._dormant = getattr(controller, "dormant", None) if self.adaptive else None
+        self._untimed = False
         self.out: list[list[int]] = [[] for _ in prompts]
         self.finished = [False] * len(prompts)
         self.waiting = list(range(len(prompts)))[::-1]  # pop() takes the next prompt in input order
@@ -162,6 +165,13 @@ class DecodeLoop:
         """(plan, proposal); proposal None for a plain step."""
         if self.drafter is None:
             return None, None
+        if self._dormant is not None and self.ranks is None:  # each rank's controller would sleep on its own
+            t = time.perf_counter()
+            dormant = self._dormant(batch.seqs)
+            self.control_seconds += time.perf_counter() - t
+            if dormant:
+                self._untimed = True
+                return None, None
         keys = self.drafter.offer(batch, self.k)  # the drafter's own work (an n-gram lookup propose reuses)
         t = time.perf_counter()
         lag = self.drafter.lag(batch)  # the horizon only amortises a catch-up: not counted without one
@@ -211,7 +221,8 @@ class DecodeLoop:
             columns = batch.last[:, None]
         else:  # unused slots of a ragged proposal hold -1; any valid id will do there, nothing reads its logits
             columns = torch.cat([batch.last[:, None], proposal.tokens.clamp(min=0)], dim=1)
-        if not self.adaptive:
+        if not self.adaptive or self._untimed:
+            self._untimed = False
             return batch.target.forward(columns)
         with self.clock.measure(columns.numel(), self._observe_target):
             return batch.target.forward(columns)

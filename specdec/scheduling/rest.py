@@ -1,12 +1,15 @@
 """When a plain step stands: a plain plan chosen by a wide margin is kept for a few steps of the same rows and
-offers without being priced again (REST_GAP). A mixin of SpeculationController: it reads the controller's
-tables and clock, and plan begins a rest (_rest_after) and asks whether one stands (_resting)."""
+offers without being priced again (REST_GAP), and a long plain spell of a drafter without a draft model goes
+dormant (DORMANT_AFTER): whole steps run as plain decoding with no offer and no plan. A mixin of
+SpeculationController: it reads the controller's tables and clock; plan begins a rest (_rest_after) and asks
+whether one stands (_resting), _finish counts plain plans towards dormancy (_note_plain), and the decode loop
+asks `dormant` before it asks the drafter for anything."""
 
 from __future__ import annotations
 
 import math
 
-from .margins import EXPLORE_GAIN, MIN_SECONDS, SPECULATE_MARGIN
+from .margins import EXPLORE_GAIN, MIN_SECONDS, PLAIN_FADE, SPECULATE_MARGIN
 
 # A plain step chosen by a wide margin (plain's rate at least REST_GAP above the best speculative width's, and
 # REST_EXPLORE_GAP above what any exploration could hope for) stands for up to REST_STEPS - 1 steps of the same
@@ -24,8 +27,56 @@ REST_STEPS = 8
 REST_EXPLORE_GAP = 0.03
 
 
+# Dormancy. Where an n-gram drafter cannot pay (the demo pair's byte-level text, every cell all plain), a priced
+# or resting plain step still costs its offer (a lookup per row), a plan, a timed forward and a record: 1.5-2% of
+# a plain step there (75 us a step at batch 1, 150 at batch 4, in situ), which alone put those cells under
+# 0.97x plain. After DORMANT_AFTER plain plans in a row, none of them an exploration, the steps between two
+# plans run as plain decoding with none of that (the drafter still reads the tokens, so its index and its
+# hindsight stay whole): 1 step, then 2, 4, up to DORMANT_MAX between two plans of the same rows, each plan a
+# full step (its offers priced, its forward timed). Any other plan ends it; other rows (a prompt admitted, one
+# retired) start again at one step, so a new prompt's offers are priced on its first step and soon after.
+# What it costs: a row whose text starts to repeat is priced up to DORMANT_MAX steps late. A draft model is
+# never dormant: its plain steps cost a lag to price (and an early exit reads its hindsight off them).
+DORMANT_AFTER = 16
+DORMANT_MAX = 8
+
+
 class PlainRest:
-    """The rest rule of SpeculationController (see REST_GAP)."""
+    """The rest and dormancy rules of SpeculationController (see REST_GAP, DORMANT_AFTER)."""
+
+    def dormant(self, rows) -> bool:
+        """Whether this step of these rows runs as plain decoding without a plan (see DORMANT_AFTER). If it
+        does, the step is booked here as the plain step it is (the controller's clock, budget and stats), and
+        the caller neither offers, plans, times nor records it."""
+        if not self._dormant_left:
+            return False
+        if len(rows) != len(self._dormant_rows) or list(rows) != self._dormant_rows:
+            self._dormant_skip = self._dormant_left = 0  # new rows' offers are priced, and doubling restarts
+            return False
+        self._dormant_left -= 1
+        batch = len(rows)
+        self.steps += 1
+        self.clock += 1
+        self.plain_steps += 1
+        self.dormant_steps += 1
+        self.width_hist[1] += 1
+        self.predicted_tokens += batch
+        self.realised_tokens += batch
+        self.acceptance.tick(PLAIN_FADE)
+        return True
+
+    def _note_plain(self, plan, rows) -> None:
+        """Count a plan towards dormancy (DORMANT_AFTER): plain plans in a row, none exploring, for a drafter
+        without a draft model; from the DORMANT_AFTER-th on, each grants a doubling run of dormant steps to
+        the same rows (other rows start again at one)."""
+        if plan.width != 1 or plan.explore or self.draft_costs is not None or not self.enabled:
+            self._plain_run = self._dormant_skip = self._dormant_left = 0
+            return
+        if rows != self._dormant_rows:  # rows: the plan's own list
+            self._dormant_rows, self._dormant_skip = rows, 0
+        self._plain_run += 1
+        if self._plain_run >= DORMANT_AFTER:
+            self._dormant_skip = self._dormant_left = min(DORMANT_MAX, 2 * self._dormant_skip or 1)
 
     def _rest_after(self, plain_rate, best_spec, best_opt, rows, keys, probs, values, top, may_explore, worth):
         """The rest that a plain step chosen by a wide margin begins (see REST_GAP), or None: (the clock it ends
