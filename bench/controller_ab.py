@@ -2,6 +2,8 @@
 side by side in one process on the demo pair, with fixed K and plain decoding beside them.
 
     python bench/controller_ab.py --rev HEAD~1 --category math --batch-size 4 --repeats 15
+    python bench/controller_ab.py --rev HEAD~1 --drafter ngram --target ~/.cache/specdec/smollm2-135m-instruct \
+        --prompts ../shared/data/spec_bench_questions.jsonl --per-category 5 --category math_reasoning --batch-size 1
 
 Each repeat runs every decoder once in a seeded shuffled order (fresh decoders per process, so the controllers
 learn from the same start); a speed-up is the median over repeats of plain's CPU time over the decoder's in the
@@ -31,6 +33,7 @@ from specdec.decoder import SpeculativeDecoder
 from specdec.drafting.early_exit import EarlyExitDrafter
 from specdec.drafting.ngram import NgramDrafter
 from specdec.models.demo import DRAFT_LAYERS, build_default_pair
+from specdec.models.hf import cheap_copy, load_causal_lm
 
 
 def _source_at(rev: str, path: str) -> str:
@@ -98,14 +101,45 @@ def paired_ratio(baseline: list[float], seconds: list[float], *, level: float = 
     return (statistics.median(ratios), medians[int(tail * (draws - 1))], medians[int(round((1 - tail) * (draws - 1)))])
 
 
+class TargetForwardClock:
+    """Process CPU time inside the target model's outermost forwards, in `seconds`. What a decoder spends outside
+    them (its drafting, planning, sampling, bookkeeping) is a few percent of a call, and barely moved by the
+    forwards' own noise: a change to the controller's overhead reads there, where the speed-ups read noise."""
+
+    def __init__(self, model):
+        self.model, self.seconds, self._start, self._depth, self._hooks = model, 0.0, 0.0, 0, []
+
+    def __enter__(self):
+        self._hooks = [self.model.register_forward_pre_hook(self._pre),
+                       self.model.register_forward_hook(self._post)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._hooks:
+            h.remove()
+
+    def _pre(self, module, args):
+        if not self._depth:
+            self._start = time.process_time()
+        self._depth += 1
+
+    def _post(self, module, args, out):
+        self._depth -= 1
+        if not self._depth:
+            self.seconds += time.process_time() - self._start
+
+
 def measure(target, make_drafter, ids, batch_size: int, old_controller: type, *, repeats: int, max_new: int,
             k: int = 4, seed: int = 0, copies: int = 1) -> dict:
-    """{decoder: {speedup, mean_width, explore_steps, control_us_per_step, exact, seconds, copy_seconds, copies}}: the
+    """{decoder: {speedup, mean_width, explore_steps, steps_per_call, control_us_per_step, outside_us_per_plain_step,
+    exact, seconds, copy_seconds, copies}}: the
     rows of plain, the working tree's controller ("new"), the revision's ("old") and fixed K; make_drafter() gives
     each its own drafter. Each controller runs in `copies` decoders of its own, every copy once a repeat: its
     seconds per repeat are its copies' mean (each copy's in copy_seconds), and "copies" holds each copy's own
     speed-up (median over repeats). A copy keeps its
-    controller across repeats, so copies apart are what one controller's path is worth (see paired_ratio)."""
+    controller across repeats, so copies apart are what one controller's path is worth (see paired_ratio).
+    outside_us_per_plain_step: a call's CPU time outside the target's forwards (a draft model's forwards and an
+    early exit's layers count as outside), median over repeats, per copy, over plain decoding's step count."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
@@ -122,21 +156,26 @@ def measure(target, make_drafter, ids, batch_size: int, old_controller: type, *,
         old.controller = old_controller(k, **options)
     decoders["fixed"] = SpeculativeDecoder(target, make_drafter(), num_draft_tokens=k, adaptive=False)
     seconds = {n: [] for n in decoders}
+    outside = {n: [] for n in decoders}  # seconds outside the target's forwards (TargetForwardClock)
     stats = {n: [] for n in decoders}
     outputs = {}
     order = random.Random(seed)
-    for _ in range(repeats):
-        for name in order.sample(list(decoders), len(decoders)):
-            c = time.process_time()
-            res = decoders[name].generate(ids, max_new_tokens=max_new, batch_size=batch_size)
-            seconds[name].append(time.process_time() - c)
-            stats[name].append(res.stats)
-            outputs[name] = res.sequences
+    with TargetForwardClock(target) as forwards:
+        for _ in range(repeats):
+            for name in order.sample(list(decoders), len(decoders)):
+                forwards.seconds = 0.0
+                c = time.process_time()
+                res = decoders[name].generate(ids, max_new_tokens=max_new, batch_size=batch_size)
+                seconds[name].append(time.process_time() - c)
+                outside[name].append(seconds[name][-1] - forwards.seconds)
+                stats[name].append(res.stats)
+                outputs[name] = res.sequences
     plain = seconds["plain"]
 
     def speedup(times):
         return statistics.median(p / q for p, q in zip(plain, times))
 
+    plain_steps = max(1, stats["plain"][-1]["steps"])
     out = {}
     for label in ("plain", "new", "old", "fixed"):
         names = [n for n in decoders if n == label or (isinstance(n, tuple) and n[0] == label)]
@@ -147,7 +186,11 @@ def measure(target, make_drafter, ids, batch_size: int, old_controller: type, *,
             "speedup": speedup(mean_seconds),
             "mean_width": statistics.mean(s.get("mean_width", 1.0) for s in st),
             "explore_steps": sum(s.get("explore_steps", 0) for s in st),
+            "steps_per_call": steps / len(st),
             "control_us_per_step": 1e6 * sum(s.get("control_seconds", 0.0) for s in st) / max(1, steps),
+            # per step of plain decoding: its steps, since every decoder emits the same tokens (exact)
+            "outside_us_per_plain_step": 1e6 * statistics.median(
+                sum(t) for t in zip(*(outside[n] for n in names))) / len(names) / plain_steps,
             "exact": all(outputs[n] == outputs["plain"] for n in names),
             "seconds": mean_seconds,
             "copy_seconds": [seconds[n] for n in names],
@@ -161,9 +204,12 @@ def main(argv=None) -> int:
     p.add_argument("--rev", default="HEAD~1", help="git revision of the controller to compare with")
     p.add_argument("--category", default="math")
     p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--drafter", choices=("earlyexit", "layerskip", "ngram"), default="earlyexit",
+    p.add_argument("--drafter", choices=("earlyexit", "layerskip", "ngram", "fp16"), default="earlyexit",
                    help="the demo target's first 2 layers over its own cache (earlyexit) or as a draft model with its "
-                        "own cache (layerskip), or the n-gram drafter")
+                        "own cache (layerskip), the n-gram drafter, or a float16 copy of --target (fp16)")
+    p.add_argument("--target", help="a local Hugging Face folder instead of the demo pair (drafters ngram, fp16)")
+    p.add_argument("--prompts", default=None, help="prompts file, or 'specbench-style' (default: the shipped ones)")
+    p.add_argument("--per-category", type=int, default=None, help="the first N prompts of each category")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--threads", type=int, default=1)
@@ -173,19 +219,32 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     old = controller_at(args.rev)
-    target, layerskip, tokenizer = build_default_pair()
-    ids = encode(tokenizer, by_category(load_prompt_records(None))[args.category], False)
-    make = {"earlyexit": lambda: EarlyExitDrafter(target, DRAFT_LAYERS), "layerskip": lambda: layerskip,
-            "ngram": NgramDrafter}[args.drafter]
+    if args.target:
+        if args.drafter not in ("ngram", "fp16"):
+            p.error(f"--drafter {args.drafter} is the demo pair's; with --target use ngram or fp16")
+        target, tokenizer = load_causal_lm(args.target)
+        copy = cheap_copy(target) if args.drafter == "fp16" else None
+        make = {"ngram": NgramDrafter, "fp16": lambda: copy}[args.drafter]
+    else:
+        if args.drafter == "fp16":
+            p.error("--drafter fp16 needs --target")
+        target, layerskip, tokenizer = build_default_pair()
+        make = {"earlyexit": lambda: EarlyExitDrafter(target, DRAFT_LAYERS), "layerskip": lambda: layerskip,
+                "ngram": NgramDrafter}[args.drafter]
+    groups = by_category(load_prompt_records(args.prompts, per_category=args.per_category))
+    if args.category not in groups:
+        p.error(f"--category {args.category!r} is not in the prompts; they have {sorted(map(str, groups))}")
+    ids = encode(tokenizer, groups[args.category], args.target is not None)
     rows = measure(target, make, ids, args.batch_size, old, repeats=args.repeats, max_new=args.max_new_tokens,
                    copies=args.copies)
-    print(f"demo pair, {args.category}: {len(ids)} prompts, batch {args.batch_size}, {args.drafter}, "
+    print(f"{args.target or 'demo pair'}, {args.category}: {len(ids)} prompts, batch {args.batch_size}, {args.drafter}, "
           f"{args.max_new_tokens} new tokens, {args.repeats} repeats, {args.threads} thread(s), process CPU time; "
           f"new = working tree, old = {args.rev}, {args.copies} decoder(s) each\n")
-    print(f"{'decoder':8s} {'x plain':>8s} {'width':>6s} {'explore':>8s} {'control us/step':>16s} exact")
+    print(f"{'decoder':8s} {'x plain':>8s} {'width':>6s} {'explore':>8s} {'control us/step':>16s} "
+          f"{'outside us/plain step':>22s} exact")
     for name, r in rows.items():
         print(f"{name:8s} {r['speedup']:8.3f} {r['mean_width']:6.2f} {r['explore_steps']:8d} "
-              f"{r['control_us_per_step']:16.1f} {r['exact']}"
+              f"{r['control_us_per_step']:16.1f} {r['outside_us_per_plain_step']:22.1f} {r['exact']}"
               + (f"  copies {' '.join(f'{x:.3f}' for x in r['copies'])}" if len(r["copies"]) > 1 else ""))
     mid, low, high = paired_ratio(rows["old"]["seconds"], rows["new"]["seconds"])
     print(f"\nnew over old: {mid:.3f}x, 90% bootstrap interval {low:.3f}-{high:.3f} over {args.repeats} paired "

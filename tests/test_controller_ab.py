@@ -41,6 +41,10 @@ def test_a_revisions_controller_runs_beside_todays(tiny_folder):
         assert r["exact"], name
         assert r["speedup"] > 0 and r["mean_width"] >= 1.0
     assert rows["fixed"]["mean_width"] > 1.0  # fixed K verifies its n-gram matches
+    # time outside the target's forwards: some, and less than a whole call per plain step
+    for name, r in rows.items():
+        total = 1e6 * statistics.median(r["seconds"]) / rows["plain"]["steps_per_call"]
+        assert 0 < r["outside_us_per_plain_step"] < total, name
     assert [len(r["copies"]) for r in rows.values()] == [1, 1, 1, 1]
     assert all(len(r["seconds"]) == 2 for r in rows.values())
 
