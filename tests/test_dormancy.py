@@ -131,12 +131,14 @@ def test_dormant_steps_decode_greedily_and_skip_the_drafter(scheduler):
     model = target("llama")
     ps = prompts((3, 40, 1, 17, 9), seed=21)
     drafter = _CountOffers()
-    dec = _taught_ngram_decoder(model, scheduler, drafter)
+    # no exploration budget: every plan is plain whatever the machine's timings, so the dormant runs are the
+    # schedule's alone (with one, a loaded machine's timings moved the explorations and the count: 22 of 93)
+    dec = _taught_ngram_decoder(model, scheduler, drafter, explore=False)
     res = dec.generate(ps, max_new_tokens=48, batch_size=3, eos_token_id=[])
     assert res.sequences == reference("llama", ps, 48)
     stats = res.stats
-    assert stats["dormant_steps"] > stats["steps"] // 3, stats["dormant_steps"]
-    assert stats["plain_steps"] + stats["explore_steps"] >= stats["steps"]  # speculating only to explore
+    assert stats["dormant_steps"] > stats["steps"] // 3, (stats["dormant_steps"], stats["steps"])
+    assert stats["plain_steps"] == stats["steps"]
     assert drafter.offers == stats["steps"] - stats["dormant_steps"]
 
 
