@@ -237,8 +237,8 @@ def main(argv=None) -> int:
     ids = encode(tokenizer, groups[args.category], args.target is not None)
     rows = measure(target, make, ids, args.batch_size, old, repeats=args.repeats, max_new=args.max_new_tokens,
                    copies=args.copies)
-    print(f"{args.target or 'demo pair'}, {args.category}: {len(ids)} prompts, batch {args.batch_size}, {args.drafter}, "
-          f"{args.max_new_tokens} new tokens, {args.repeats} repeats, {args.threads} thread(s), process CPU time; "
+    print(f"{args.target or 'demo pair'}, {args.category}: {len(ids)} prompts, batch {args.batch_size}, "
+          f"{args.drafter}, {args.max_new_tokens} new tokens, {args.repeats} repeats, {args.threads} thread(s), process CPU time; "
           f"new = working tree, old = {args.rev}, {args.copies} decoder(s) each\n")
     print(f"{'decoder':8s} {'x plain':>8s} {'width':>6s} {'explore':>8s} {'control us/step':>16s} "
           f"{'outside us/plain step':>22s} exact")

@@ -9,6 +9,7 @@ from engine_models import SPEC_SCHEDULERS, decoder, prompts, reference, target
 from specdec import SpeculativeDecoder
 from specdec.drafting.ngram import NgramDrafter
 from specdec.scheduling.control import Plan, SpeculationController
+from specdec.scheduling.loop import DecodeLoop
 from specdec.scheduling.rest import DORMANT_AFTER, DORMANT_MAX
 from test_control import K, _plain_whatever_is_offered, ngram_keys
 
@@ -127,16 +128,26 @@ class _CountOffers(NgramDrafter):
 
 
 @pytest.mark.parametrize("scheduler", SPEC_SCHEDULERS)
-def test_dormant_steps_decode_greedily_and_skip_the_drafter(scheduler):
+def test_dormant_steps_decode_greedily_and_skip_the_drafter(scheduler, monkeypatch):
     model = target("llama")
     ps = prompts((3, 40, 1, 17, 9), seed=21)
     drafter = _CountOffers()
     # no exploration budget: every plan is plain whatever the machine's timings, so the dormant runs are the
     # schedule's alone (with one, a loaded machine's timings moved the explorations and the count: 22 of 93)
     dec = _taught_ngram_decoder(model, scheduler, drafter, explore=False)
+    verify, timed = DecodeLoop.verify, []
+
+    def counted(self, batch, proposal):  # a timed verify forward leaves a timing for the controller
+        before = len(self.clock._pending)
+        out = verify(self, batch, proposal)
+        timed.append(len(self.clock._pending) > before)
+        return out
+
+    monkeypatch.setattr(DecodeLoop, "verify", counted)
     res = dec.generate(ps, max_new_tokens=48, batch_size=3, eos_token_id=[])
     assert res.sequences == reference("llama", ps, 48)
     stats = res.stats
+    assert len(timed) == stats["steps"] and timed.count(False) == stats["dormant_steps"]  # the others are timed
     assert stats["dormant_steps"] > stats["steps"] // 3, (stats["dormant_steps"], stats["steps"])
     assert stats["plain_steps"] == stats["steps"]
     assert drafter.offers == stats["steps"] - stats["dormant_steps"]

@@ -50,8 +50,8 @@ class PlainRest:
         the caller neither offers, plans, times nor records it."""
         if not self._dormant_left:
             return False
-        if len(rows) != len(self._dormant_rows) or list(rows) != self._dormant_rows:
-            self._dormant_skip = self._dormant_left = 0  # new rows' offers are priced, and doubling restarts
+        if list(rows) != self._dormant_rows:  # new rows' offers are priced (and _note_plain restarts the doubling)
+            self._dormant_left = 0
             return False
         self._dormant_left -= 1
         batch = len(rows)
