@@ -35,6 +35,8 @@ from specdec.drafting.ngram import NgramDrafter
 from specdec.models.demo import DRAFT_LAYERS, build_default_pair
 from specdec.models.hf import cheap_copy, load_causal_lm
 
+ALL = "all"  # --category: every category's prompts, in order
+
 
 def _source_at(rev: str, path: str) -> str:
     """specdec/scheduling/<path> as git revision `rev` holds it."""
@@ -71,6 +73,16 @@ def _load_at(rev: str, module: str, tag: str, loaded: dict) -> str:
     loaded[module] = f"specdec.scheduling._{module}_at_{tag}"
     _load(loaded[module], source)
     return loaded[module]
+
+
+def category_prompts(groups: dict, category: str) -> list:
+    """The prompts of `category` in groups ({category: [texts]}), or of every category in order for ALL."""
+    if category == ALL:
+        return [text for texts in groups.values() for text in texts]
+    if category not in groups:
+        raise ValueError(f"--category {category!r} is not in the prompts; they have {sorted(map(str, groups))} "
+                         f"or {ALL!r}")
+    return groups[category]
 
 
 def controller_at(rev: str) -> type:
@@ -202,7 +214,9 @@ def measure(target, make_drafter, ids, batch_size: int, old_controller: type, *,
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rev", default="HEAD~1", help="git revision of the controller to compare with")
-    p.add_argument("--category", default="math")
+    p.add_argument("--category", default="math",
+                   help=f"a category of the prompts, or {ALL!r}: every category's prompts in order (real-demo's "
+                        "'all (mixed)' cell at a batch larger than a category)")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--drafter", choices=("earlyexit", "layerskip", "ngram", "fp16"), default="earlyexit",
                    help="the demo target's first 2 layers over its own cache (earlyexit) or as a draft model with its "
@@ -232,9 +246,11 @@ def main(argv=None) -> int:
         make = {"earlyexit": lambda: EarlyExitDrafter(target, DRAFT_LAYERS), "layerskip": lambda: layerskip,
                 "ngram": NgramDrafter}[args.drafter]
     groups = by_category(load_prompt_records(args.prompts, per_category=args.per_category))
-    if args.category not in groups:
-        p.error(f"--category {args.category!r} is not in the prompts; they have {sorted(map(str, groups))}")
-    ids = encode(tokenizer, groups[args.category], args.target is not None)
+    try:
+        texts = category_prompts(groups, args.category)
+    except ValueError as e:
+        p.error(str(e))
+    ids = encode(tokenizer, texts, args.target is not None)
     rows = measure(target, make, ids, args.batch_size, old, repeats=args.repeats, max_new=args.max_new_tokens,
                    copies=args.copies)
     print(f"{args.target or 'demo pair'}, {args.category}: {len(ids)} prompts, batch {args.batch_size}, "

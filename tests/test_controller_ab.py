@@ -101,3 +101,12 @@ def test_paired_ratio_bad_input_is_named():
         bench.paired_ratio([], [])
     with pytest.raises(ValueError, match=r"level must be in \(0, 1\), got 1.5"):
         bench.paired_ratio([1.0], [1.0], level=1.5)
+
+
+def test_category_all_mixes_every_category_in_order_and_a_missing_one_is_named():
+    bench = _bench()
+    groups = {"qa": ["q1", "q2"], "rag": ["r1"], "math": ["m1", "m2"]}
+    assert bench.category_prompts(groups, "rag") == ["r1"]
+    assert bench.category_prompts(groups, bench.ALL) == ["q1", "q2", "r1", "m1", "m2"]
+    with pytest.raises(ValueError, match=r"--category 'code' is not in the prompts; they have \['math', 'qa', 'rag'\]"):
+        bench.category_prompts(groups, "code")
