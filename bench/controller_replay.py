@@ -29,7 +29,7 @@ from specdec.drafting.early_exit import EarlyExitDrafter
 from specdec.drafting.ngram import NgramDrafter
 from specdec.models.demo import DRAFT_LAYERS, build_default_pair
 
-CALLS = ("observe_target", "observe_draft", "plan", "keep_drafting", "record", "judge", "begin_run", "forget")
+CALLS = ("observe_target", "observe_prefill", "observe_draft", "plan", "keep_drafting", "record", "judge", "begin_run", "forget")
 
 
 def record_trace(controller) -> list:
@@ -66,7 +66,10 @@ def replay(cls, options: dict, k: int, trace: list) -> tuple[list, dict[str, flo
     for i, (name, args, kwargs) in enumerate(trace):
         args = tuple(plans[a[1]] if isinstance(a, tuple) and len(a) == 2 and a[0] == "plan" else a for a in args)
         t = time.perf_counter()
-        result = getattr(ctrl, name)(*args, **kwargs)
+        call = getattr(ctrl, name, None)
+        if call is None and name == "observe_prefill":  # a revision before the prefill table took them as steps
+            call = ctrl.observe_target
+        result = call(*args, **kwargs)
         seconds[name] += time.perf_counter() - t
         if name == "plan":
             plans[i] = result

@@ -108,7 +108,14 @@ class SpeculationController(PlainRest, EarlyStop):
         self.warmup_explore = warmup_explore
         self.refresh_steps = refresh_steps
         self.row_strength = row_strength
-        self.target_costs = ForwardCosts(fresh=refresh_steps, monotone=True)
+        self.target_costs = ForwardCosts(fresh=refresh_steps, monotone=True)  # the target's decode steps
+        # The target's prefills (observe_prefill) in a table of their own. A prefill's rows are fresh prompts with
+        # no past, so it costs less per token than a step of the same N: on SmolLM2 at batch 4, a one-row
+        # prefill over 44 tokens took 201 ms and a step over 4 x 5 = 20 tokens 300-340 ms. In one table, a
+        # fresh prefill capped every smaller N (monotone), so width 5 was priced at 220 ms and chosen in 27-32
+        # steps of a call whose width-5 forwards took 307-389 ms: 0.92x plain. They still price what no step
+        # has measured, past the largest N a step has (_target_estimate): a draft model's catch-up.
+        self.prefill_costs = ForwardCosts(fresh=refresh_steps, monotone=True)
         # What a step costs beyond its forwards (sampling, realignment, drafting's host work, bookkeeping), by
         # batch size, for plain and speculative steps apart: on a small model it is a fifth of a step.
         self.plain_overhead = ForwardCosts(fresh=refresh_steps)
@@ -142,6 +149,11 @@ class SpeculationController(PlainRest, EarlyStop):
         self.target_costs.observe(tokens, seconds, self.clock)
         self._forward_seconds += seconds
 
+    def observe_prefill(self, tokens: int, seconds: float) -> None:
+        """A target prefill over `tokens` query tokens (rows admitted x the longest prompt): not a step's
+        forward, and not one of its costs (see prefill_costs)."""
+        self.prefill_costs.observe(tokens, seconds, self.clock)
+
     def observe_draft(self, tokens: int, seconds: float) -> None:
         if self.draft_costs is not None:
             self.draft_costs.observe(tokens, seconds, self.clock)
@@ -155,7 +167,15 @@ class SpeculationController(PlainRest, EarlyStop):
         return plain if spec is None else spec
 
     def _target_estimate(self, tokens: int) -> float:
-        est = self.target_costs.estimate(tokens)
+        """A target forward over `tokens` query tokens: the steps' table; past the largest N a step measured,
+        the prefills' estimate where it is lower than the steps' linear extrapolation, and never below that
+        largest step (a draft model's catch-up, a width never verified)."""
+        costs = self.target_costs
+        est = costs.estimate(tokens)
+        known = costs._sorted
+        if (not known or tokens > known[-1]) and self.prefill_costs._sorted:
+            pre = self.prefill_costs.estimate(tokens)
+            est = pre if est is None else max(costs.seconds[known[-1]], min(est, pre)) if known else pre
         return est if est is not None else MIN_SECONDS
 
     def _draft_estimate(self, tokens: int) -> float:

@@ -87,6 +87,9 @@ class DecodeLoop:
         self.adaptive = controller is not None and controller.enabled
         # the timings reach the controller in collect_timings, which counts what it does with them
         self._observe_target = controller.observe_target if self.adaptive else None
+        # a controller older than its prefill table (bench/controller_ab.py --rev) takes prefills as steps
+        self._observe_prefill = getattr(controller, "observe_prefill", self._observe_target) if self.adaptive \
+            else None
         observe_draft = controller.observe_draft if self.adaptive else None
         if hasattr(drafter, "timed"):
             drafter.timed = (lambda tokens: self.clock.measure(tokens, observe_draft)) if self.adaptive else None
@@ -354,9 +357,9 @@ class DecodeLoop:
             if not take:
                 return
             prompts = [self.prompts[i] for i in take]
-            # A prefill is a forward over rows x width query tokens too: it tells the controller what a forward
-            # of that size costs, the size a draft model's catch-up is (prefill tokens are not otherwise seen).
-            timed = self.clock.measure(len(take) * max(map(len, prompts)), self._observe_target) \
+            # A prefill is timed too: what a forward of that size costs, the size a draft model's catch-up is
+            # (the controller keeps it apart from the steps' costs: SpeculationController.prefill_costs).
+            timed = self.clock.measure(len(take) * max(map(len, prompts)), self._observe_prefill) \
                 if self.adaptive else contextlib.nullcontext()
             with self.timer.within("prefill"), timed:
                 first = self.source.admit(take, prompts, self.admission_tokens).tolist()
